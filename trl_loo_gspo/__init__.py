@@ -1,0 +1,14 @@
+"""trl-loo-gspo: a drop-in TRL ``GRPOTrainer`` for RLVR with leave-one-out advantages, GSPO response-level
+clipping and a global token-total loss denominator. See ``SPEC.md`` in the design notes and ``docs/method.md``."""
+
+from ._compat import check_trl_version
+
+check_trl_version()
+
+from . import core  # noqa: E402
+from .config import LooGspoConfig  # noqa: E402
+from .trainer import LooGspoTrainer  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = ["LooGspoConfig", "LooGspoTrainer", "core", "__version__"]

@@ -1,0 +1,181 @@
+"""``LooGspoConfig``: TRL's ``GRPOConfig`` plus one flag per component of the LOO-GSPO method.
+
+Every component is a flag so that it can be ablated (SPEC §5.2). Invalid combinations fail at construction with a
+``ValueError`` that names the field and the fix. ``docs/configuration.md`` lists every flag.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+#: Sentinel for TRL's ``loss_type``: the loss is computed by ``LooGspoTrainer`` and selected by ``loss_aggregation``.
+LOSS_TYPE = "loo_gspo"
+
+ADVANTAGE_ESTIMATORS = ("loo", "group_mean", "grpo")
+LOSS_AGGREGATIONS = ("token_total", "sequence_mean")
+
+
+@dataclass
+class LooGspoConfig(GRPOConfig):
+    r"""Configuration for [`LooGspoTrainer`]: every argument of TRL's `GRPOConfig`, with GSPO-scale defaults, plus:
+
+    Parameters:
+        advantage_estimator (`str`, *optional*, defaults to `"loo"`):
+            How the per-answer weight Â_i is computed from the group's rewards (SPEC §2.2). `"loo"`: leave-one-out,
+            R_i minus the mean of the *other* scorable answers of its group (keeps the reward scale). `"group_mean"`:
+            R_i − R̄ (self-inclusive mean, = (K−1)/K · LOO). `"grpo"`: (R_i − R̄)/(std + 1e-4), TRL's default GRPO
+            weights. Unscorable answers (a reward function returned `None`) get 0 and stay out of the baseline.
+        loss_aggregation (`str`, *optional*, defaults to `"token_total"`):
+            How per-answer losses are combined (SPEC §3.3). `"token_total"`: Σ T_i ℓ_i / Σ T_i with one global count
+            of valid completion tokens per optimizer step (all processes and accumulation steps). `"sequence_mean"`:
+            original GSPO, Σ ℓ_i / N with N the global count of answers with at least one valid token.
+        log_ratio_clamp (`float` or `None`, *optional*, defaults to `None`):
+            Outer guard (SPEC §5.1): clamp the sequence log-ratio log s_i to [−c, c] *before* `exp` and before the
+            clipped loss; non-finite log-ratios are clamped too. Clamped answers get zero gradient. `None` turns it
+            off. Must be wider than the clip range: c > max(log(1+ε_high), −log(1−ε_low)). The fraction of answers
+            where it fired is logged as `guard/trigger_fraction`.
+        signal_tolerance (`float`, *optional*, defaults to `1e-6`):
+            A group carries a comparison signal when its scorable rewards spread by more than this (logged as
+            `groups/frac_with_signal`). A tolerance, because floating-point noise gives constant groups a tiny
+            non-zero spread.
+
+    Changed defaults relative to `GRPOConfig`: `epsilon=3e-4`, `epsilon_high=4e-4` (GSPO's values: sequence ratios
+    are length-normalised, so token-level values such as 0.2 clip almost nothing), `importance_sampling_level=
+    "sequence"`, `scale_rewards="none"`, `loss_type="loo_gspo"` (the loss is ours; choose `loss_aggregation`).
+    """
+
+    advantage_estimator: str = field(
+        default="loo",
+        metadata={
+            "help": "Per-answer weight (SPEC §2.2): 'loo' (leave-one-out, keeps the reward scale; default), "
+            "'group_mean' (R − group mean) or 'grpo' (TRL's (R − mean)/(std + 1e-4)).",
+            "choices": list(ADVANTAGE_ESTIMATORS),
+        },
+    )
+    loss_aggregation: str = field(
+        default="token_total",
+        metadata={
+            "help": "Loss aggregation (SPEC §3.3): 'token_total' (Σ T_i ℓ_i over one global count of valid tokens "
+            "per optimizer step; default) or 'sequence_mean' (original GSPO: equal weight per answer).",
+            "choices": list(LOSS_AGGREGATIONS),
+        },
+    )
+    log_ratio_clamp: float | None = field(
+        default=None,
+        metadata={
+            "help": "Outer guard (SPEC §5.1): clamp the sequence log-ratio to [-c, c] in the log domain before exp "
+            "and before the clipped loss (non-finite values too; clamped answers get zero gradient). None = off. "
+            "Must exceed max(log(1+epsilon_high), -log(1-epsilon))."
+        },
+    )
+    signal_tolerance: float = field(
+        default=1e-6,
+        metadata={
+            "help": "A group has a comparison signal when its scorable rewards spread by more than this (logged as "
+            "groups/frac_with_signal)."
+        },
+    )
+
+    # Changed TRL defaults (GSPO scale, sequence-level ratio, no std scaling, our loss).
+    epsilon: float = field(
+        default=3e-4,
+        metadata={
+            "help": "Lower clip bound ε_low of the response-level ratio s_i (SPEC §3.2); 0 < ε_low < 1. GSPO uses "
+            "3e-4: sequence ratios are length-normalised, so token-level values such as 0.2 are far too wide."
+        },
+    )
+    epsilon_high: float | None = field(
+        default=4e-4,
+        metadata={
+            "help": "Upper clip bound ε_high of the response-level ratio s_i (SPEC §3.2, §5.1); > 0. GSPO uses 4e-4. "
+            "None means equal to `epsilon`."
+        },
+    )
+    importance_sampling_level: str = field(
+        default="sequence",
+        metadata={"help": "Must be 'sequence': the ratio is GSPO's geometric mean s_i (SPEC §3.2)."},
+    )
+    scale_rewards: str = field(
+        default="none",
+        metadata={
+            "help": "Must stay 'none': reward scaling is chosen by `advantage_estimator` ('grpo' divides by the "
+            "group std)."
+        },
+    )
+    loss_type: str = field(
+        default=LOSS_TYPE,
+        metadata={"help": f"Must stay '{LOSS_TYPE}': the loss is LooGspoTrainer's; choose `loss_aggregation`."},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.epsilon_high is None:
+            self.epsilon_high = self.epsilon
+        self._validate()
+
+    def _validate(self) -> None:
+        """Reject invalid or unsupported combinations with a message naming the field and the fix."""
+        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage_estimator={self.advantage_estimator!r} is not one of {ADVANTAGE_ESTIMATORS}.")
+        if self.loss_aggregation not in LOSS_AGGREGATIONS:
+            raise ValueError(f"loss_aggregation={self.loss_aggregation!r} is not one of {LOSS_AGGREGATIONS}.")
+        if not 0.0 < self.epsilon < 1.0:
+            raise ValueError(f"epsilon (ε_low) must satisfy 0 < epsilon < 1, got {self.epsilon}.")
+        if not self.epsilon_high > 0.0:
+            raise ValueError(f"epsilon_high must be > 0, got {self.epsilon_high}.")
+        if self.loss_type != LOSS_TYPE:
+            raise ValueError(
+                f"loss_type={self.loss_type!r} is not supported: LooGspoTrainer computes its own response-level "
+                f"loss. Leave loss_type at {LOSS_TYPE!r} and choose `loss_aggregation` ('token_total' or "
+                "'sequence_mean'). To run a stock TRL loss, use trl.GRPOTrainer."
+            )
+        if self.importance_sampling_level != "sequence":
+            raise ValueError(
+                f"importance_sampling_level={self.importance_sampling_level!r} is not supported: the method clips "
+                "GSPO's sequence-level ratio (SPEC §3.2). Set importance_sampling_level='sequence'."
+            )
+        if self.scale_rewards != "none":
+            raise ValueError(
+                f"scale_rewards={self.scale_rewards!r} conflicts with advantage_estimator: leave scale_rewards='none'"
+                " and set advantage_estimator='grpo' for group-std scaling."
+            )
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                f"multi_objective_aggregation={self.multi_objective_aggregation!r} is not supported: rewards are "
+                "summed with `reward_weights` and then turned into advantages by `advantage_estimator`. Set "
+                "multi_objective_aggregation='sum_then_normalize'."
+            )
+        if self.top_entropy_quantile < 1.0:
+            raise ValueError(
+                f"top_entropy_quantile={self.top_entropy_quantile} is not supported: a token mask inside a response "
+                "conflicts with response-level clipping. Set top_entropy_quantile=1.0."
+            )
+        if self.off_policy_mask_threshold is not None:
+            raise ValueError(
+                "off_policy_mask_threshold is not supported by LooGspoTrainer (it drops samples, a different update "
+                "from the spec's clamp). Set it to None; use log_ratio_clamp for an outer guard."
+            )
+        if self.delta is not None:
+            raise ValueError(
+                "delta (a cap on the unclipped ratio) is not supported; use log_ratio_clamp, the log-domain outer "
+                "guard of SPEC §5.1. Set delta=None."
+            )
+        if self.entropy_coef != 0.0 or self.use_adaptive_entropy:
+            raise ValueError(
+                "entropy_coef / use_adaptive_entropy (TRL's entropy bonus) are not supported by LooGspoTrainer: the "
+                "spec controls exploration through the clip bound, not an entropy bonus. Set entropy_coef=0.0 and "
+                "use_adaptive_entropy=False."
+            )
+        if self.log_ratio_clamp is not None:
+            widest = max(math.log1p(self.epsilon_high), -math.log1p(-self.epsilon))
+            if not self.log_ratio_clamp > widest:
+                raise ValueError(
+                    f"log_ratio_clamp={self.log_ratio_clamp} must be wider than the clip range in the log domain "
+                    f"(> {widest:.6g} = max(log(1+epsilon_high), -log(1-epsilon))), otherwise the guard would clip "
+                    "inside the clip range. Use a wide value such as 1.0, or None to disable."
+                )
+        if self.signal_tolerance < 0:
+            raise ValueError(f"signal_tolerance must be >= 0, got {self.signal_tolerance}.")
