@@ -1,0 +1,147 @@
+"""Shared fixtures for trainer tests: a tiny local model, a deterministic rollout, a reference update.
+
+The deterministic rollout (TRL's ``rollout_func``) makes completions a pure function of (prompt, answer index), so
+two trainers — or one process and two — see exactly the same data and their updates can be compared.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+
+import torch
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from trl_loo_gspo import core  # noqa: E402
+from trl_loo_gspo.tiny import addition_dataset, char_tokenizer, tiny_qwen2  # noqa: E402
+
+MAX_COMPLETION = 8
+DIGITS = "0123456789"
+
+
+def make_model_and_tokenizer(seed: int = 0):
+    tokenizer = char_tokenizer()
+    return tiny_qwen2(tokenizer, hidden_size=32, num_hidden_layers=2, seed=seed), tokenizer
+
+
+def _completion_text(prompt: str, j: int) -> tuple[str, bool]:
+    """Deterministic completion for answer j of a prompt: varying length, some without EOS (truncated)."""
+    h = int(hashlib.sha256(prompt.encode()).hexdigest(), 16)
+    length = 1 + (h + 3 * j) % MAX_COMPLETION
+    text = "".join(DIGITS[(h >> (4 * t + j)) % 10] for t in range(length))
+    ends = (h + j) % 4 != 0
+    return text, ends
+
+
+def make_rollout(tokenizer, num_generations: int):
+    """A TRL rollout_func: prompts arrive with each prompt's num_generations copies contiguous."""
+
+    def rollout(prompts, trainer):
+        prompt_ids, completion_ids, logprobs = [], [], []
+        for row, prompt in enumerate(prompts):
+            text, ends = _completion_text(prompt, row % num_generations)
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"][: MAX_COMPLETION - 1]
+            if ends:
+                ids = ids + [tokenizer.eos_token_id]
+            prompt_ids.append(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+            completion_ids.append(ids)
+            logprobs.append([0.0] * len(ids))
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
+
+    return rollout
+
+
+def parity_reward(completions, **_):
+    """Deterministic reward of the completion text: 1 for even length, 0 for odd, None (unscorable) for length 5."""
+    out = []
+    for text in completions:
+        n = len(text)
+        out.append(None if n == 5 else float(n % 2 == 0))
+    return out
+
+
+def train_dataset(n: int = 64):
+    return addition_dataset(n, seed=1)
+
+
+def base_kwargs(output_dir: str, **overrides):
+    """Arguments shared by LooGspoConfig and GRPOConfig in comparisons: CPU, fp32, SGD, no grad clipping."""
+    kwargs = dict(
+        output_dir=output_dir,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        seed=7,
+        optim="sgd",
+        learning_rate=0.5,
+        lr_scheduler_type="constant",
+        max_grad_norm=0.0,
+        num_generations=4,
+        max_completion_length=MAX_COMPLETION,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=2,
+        max_steps=1,
+        epsilon=0.2,
+        epsilon_high=0.3,
+        dataloader_num_workers=0,
+        ddp_find_unused_parameters=False,
+    )
+    kwargs.update(overrides)
+    return kwargs
+
+
+def record_micro_batches(trainer_cls):
+    """Subclass of a trainer class that records every micro-batch's inputs and loss."""
+
+    class Recording(trainer_cls):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.recorded = []
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            keep = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")
+            self.recorded.append(
+                ({k: inputs[k].detach().clone() for k in keep}, loss.detach().clone(), self.state.global_step)
+            )
+            return loss
+
+    return Recording
+
+
+def reference_gradient(trainer, model0, micro_batches, loss_aggregation: str = "token_total"):
+    """Gradient of the spec's L over the union of the given micro-batches (the whole optimizer step), by autograd.
+
+    Uses the hand formula L = Σ T_i ℓ_i / Σ T_i (or the answer mean) on a copy of the initial model, on-policy
+    (old log-probs = current log-probs, detached), with the trainer's clip bounds.
+    """
+    model = copy.deepcopy(trainer.model)  # the trainer's (patched) model class, with the initial weights
+    model.load_state_dict(model0.state_dict())
+    model.zero_grad()
+    numerator, tokens, answers = 0.0, 0, 0
+    for batch in micro_batches:
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attn, batch["completion_ids"].size(1))
+        mask = batch["completion_mask"]
+        s = core.sequence_ratio(logps, logps.detach(), mask)
+        losses = core.response_loss(s, batch["advantages"], trainer.epsilon_low, trainer.epsilon_high)
+        lengths = mask.sum(-1)
+        if loss_aggregation == "token_total":
+            numerator = numerator + (lengths * losses).sum()
+        else:
+            numerator = numerator + (losses * (lengths > 0)).sum()
+        tokens += int(lengths.sum())
+        answers += int((lengths > 0).sum())
+    loss = numerator / (tokens if loss_aggregation == "token_total" else answers)
+    loss.backward()
+    return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}, loss
+
+
+def param_delta(model_after, model0):
+    before = dict(model0.named_parameters())
+    return {name: (p.detach() - before[name].detach()) for name, p in model_after.named_parameters()}
