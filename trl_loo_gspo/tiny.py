@@ -81,3 +81,9 @@ def leading_digit_reward(completions: list, answer: list[str], **_: object) -> l
     """1.0 when the completion starts with the answer's first digit: a dense-enough signal for an untrained model."""
     texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
     return [float(text.strip()[:1] == str(ans)[:1]) for text, ans in zip(texts, answer, strict=True)]
+
+
+def digit_fraction_reward(completions: list, **_: object) -> list[float]:
+    """Fraction of digit characters in the completion: a dense shaping signal for an untrained model."""
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [sum(ch.isdigit() for ch in text) / max(len(text), 1) for text in texts]

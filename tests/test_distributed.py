@@ -1,0 +1,66 @@
+"""Two real CPU processes (gloo) with gradient accumulation give the same update as one process on the same global
+batch: the loss denominator is one global token count across processes and accumulation steps."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from .helpers import make_model_and_tokenizer
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def launch(model_dir: Path, out: Path, overrides: dict, processes: int) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", TRL_EXPERIMENTAL_SILENCE="1", PYTHONPATH=str(ROOT))
+    worker = [str(ROOT / "tests" / "dist_worker.py"), "--model-dir", str(model_dir), "--out", str(out)]
+    worker += ["--overrides", json.dumps(overrides), "--expect-processes", str(processes)]
+    if processes > 1:
+        # `accelerate launch --cpu --num_processes 2` silently runs ONE process; torchrun starts two.
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
+        cmd += ["--master_port", str(29500 + os.getpid() % 1000), *worker]
+    else:
+        cmd = [sys.executable, *worker]
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    return torch.load(out)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny")
+    model, _ = make_model_and_tokenizer(seed=3)
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("two_procs", "one_proc"),
+    [
+        # S = GA = 2: the step's count is known when the step starts
+        (
+            dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=2),
+            dict(per_device_train_batch_size=16, gradient_accumulation_steps=1, steps_per_generation=1),
+        ),
+        # S = 1 < GA = 2: the step spans two generation rounds, exact rescale at the end of the step
+        (
+            dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=1),
+            dict(per_device_train_batch_size=16, gradient_accumulation_steps=1, steps_per_generation=1),
+        ),
+    ],
+    ids=["S=GA", "S<GA"],
+)
+def test_two_processes_with_accumulation_equal_one_process(model_dir, tmp_path, two_procs, one_proc):
+    dist = launch(model_dir, tmp_path / "two.pt", two_procs, processes=2)
+    single = launch(model_dir, tmp_path / "one.pt", one_proc, processes=1)
+    assert dist["processes"] == 2 and single["processes"] == 1
+    assert max(v.abs().max().item() for v in single["delta"].values()) > 1e-3  # a real update was compared
+    for name, expected in single["delta"].items():
+        torch.testing.assert_close(dist["delta"][name], expected, rtol=0, atol=1e-5, msg=f"parameter {name}")
+    assert abs(dist["loss"] - single["loss"]) < 1e-5
