@@ -97,6 +97,7 @@ def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float =
     sq_sums, counts, scorable = _group_sums(squares, group_ids)
     std = torch.sqrt(sq_sums / (counts - 1).clamp(min=1))
     valid = scorable & (counts >= 2)
+    # §1 q2 control (GRPO): (R_i − R̄) / (std + eps)
     return torch.where(valid, centred / (std + eps), torch.zeros_like(rewards))
 
 
@@ -117,6 +118,7 @@ def group_has_signal(rewards: torch.Tensor, group_ids: torch.Tensor, atol: float
     high = high.scatter_reduce(0, inverse, torch.where(scorable, rewards, -inf), reduce="amax")
     low = low.scatter_reduce(0, inverse, torch.where(scorable, rewards, inf), reduce="amin")
     counts = torch.zeros(ids.numel(), dtype=torch.long, device=rewards.device).index_add_(0, inverse, scorable.long())
+    # §3.1 comparison signal: ≥ 2 scorable answers that are not all equal
     return (counts >= 2) & ((high - low) > atol)
 
 
@@ -136,6 +138,7 @@ def sequence_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Ten
 
     Computed in the log domain (the mean of log-ratios is exponentiated once). Inputs ``(N, T)``, output ``(N,)``.
     """
+    # §3.2 s_i = exp(mean log-ratio): one exp of the log-domain mean
     return torch.exp(sequence_log_ratio(logps, old_logps, mask))
 
 
@@ -177,6 +180,7 @@ def clip_masks(
     Returns:
         ``(low, high)`` bool masks: ``s_i < 1−ε_low`` with ``Â_i < 0``, and ``s_i > 1+ε_high`` with ``Â_i > 0``.
     """
+    # §3.2 clipped branch (constant in θ): below 1−ε_low with Â<0, above 1+ε_high with Â>0
     low = (s < 1.0 - epsilon_low) & (advantages < 0)
     high = (s > 1.0 + epsilon_high) & (advantages > 0)
     return low, high
@@ -214,10 +218,12 @@ def sequence_mean_aggregate(
         denominator = denominator.to(losses.dtype).clamp(min=1.0)
     else:
         denominator = max(float(denominator), 1.0)
+    # §3.3 control (original GSPO): equal weight per answer
     return (valid * losses).sum() / denominator
 
 
 def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimator of KL(π_θ ‖ π_ref): ``exp(ref − logp) − (ref − logp) − 1`` (SPEC §5.1, reference KL)."""
     delta = ref_logps - logps
+    # §5.1 reference KL, k3 estimator per token
     return torch.exp(delta) - delta - 1.0

@@ -181,6 +181,7 @@ class LooGspoTrainer(GRPOTrainer):
         rewards = rewards.masked_fill(unscorable, float("nan"))
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         group_ids = self.group_ids(rewards.numel(), num_generations, device)
+        # §2.2 advantages over the gathered rewards and per-row group ids (stop-gradient)
         all_advantages = self._advantages(rewards, group_ids)
 
         local_rows = output["prompt_ids"].size(0)
@@ -266,6 +267,7 @@ class LooGspoTrainer(GRPOTrainer):
         first, n = self._step, self.current_gradient_accumulation_steps
         column = self._slice_counts[:, self._count_index()]
         if first // per_round == (first + n - 1) // per_round:
+            # §3.3 denominator: global valid tokens of every micro-batch of this optimizer step
             self._denominator = float(sum(column[(first + k) % steps] for k in range(n)))
             self._needs_rescale = False
         else:
@@ -295,6 +297,7 @@ class LooGspoTrainer(GRPOTrainer):
         true_denominator = max(float(stats[_IDX[self._count_name()]]), 1.0)
         # Equal by construction unless the step spanned generation rounds (`_needs_rescale`).
         if true_denominator != self._denominator:
+            # §3.3 exact denominator when the step spanned generation rounds: rescale (linear) before clipping
             factor = self._denominator / true_denominator
             for param in model.parameters():
                 if param.grad is not None:
@@ -355,6 +358,7 @@ class LooGspoTrainer(GRPOTrainer):
         if self.args.log_ratio_clamp is not None:
             log_s, guard = core.clamp_log_ratio(log_s, self.args.log_ratio_clamp)
         s = torch.exp(log_s)
+        # §3.2 response-level clipped loss on s_i (after the optional §5.1 guard)
         losses = core.response_loss(s, advantages, self.epsilon_low, self.epsilon_high)
 
         lengths = mask.sum(-1)
@@ -383,6 +387,7 @@ class LooGspoTrainer(GRPOTrainer):
         # eval loop averages losses) over processes, hence the factor num_processes.
         scale = self.accelerator.num_processes
         if self.args.loss_aggregation == "token_total":
+            # §3.3 this process's share of Σ T_i ℓ_i / (global token count of the optimizer step)
             loss = core.token_total_aggregate(row_losses, lengths, denominator) * scale
         else:
             loss = core.sequence_mean_aggregate(row_losses, lengths, denominator) * scale
