@@ -36,7 +36,7 @@ METRICS = [
 ]
 
 
-def make_trainer(tmp_path, peft_config=None, **overrides):
+def make_trainer(tmp_path, peft_config=None, eval_dataset=None, **overrides):
     model, tokenizer = make_model_and_tokenizer()
     if overrides.get("beta"):
         # TRL builds the frozen reference from the model's path: give the local model one.
@@ -56,6 +56,7 @@ def make_trainer(tmp_path, peft_config=None, **overrides):
         reward_funcs=[digit_fraction_reward],
         args=LooGspoConfig(**kwargs),
         train_dataset=addition_dataset(64, seed=2),
+        eval_dataset=eval_dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
     )
@@ -79,6 +80,21 @@ def test_train_a_few_steps(tmp_path, use_lora):
     else:
         assert changed
     assert all(torch.isfinite(torch.tensor(h["loss"])) for h in logs)
+
+
+def test_evaluation_uses_the_same_loss_and_logs_eval_metrics(tmp_path):
+    trainer = make_trainer(
+        tmp_path,
+        eval_dataset=addition_dataset(8, seed=99),
+        max_steps=2,
+        eval_strategy="steps",
+        eval_steps=2,
+        per_device_eval_batch_size=8,
+    )
+    trainer.train()
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+    assert evals and "eval_ratio/mean" in evals[0] and "eval_groups/frac_with_signal" in evals[0]
+    assert torch.isfinite(torch.tensor(evals[0]["eval_loss"]))
 
 
 def test_reference_kl_term_and_metric(tmp_path):

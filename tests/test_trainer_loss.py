@@ -45,7 +45,8 @@ def assert_same_update(a, b, atol=1e-6):
 
 def test_group_mean_token_total_equals_stock_trl_dapo_when_s_equals_ga(tmp_path):
     """advantage_estimator='group_mean' + token_total == GRPOTrainer(sequence, dapo, scale none) when S = GA."""
-    common = dict(num_iterations=2, max_steps=2)  # the 2nd optimizer step is off-policy (s ≠ 1), clipping active
+    # the 2nd optimizer step is off-policy (s ≠ 1) and, with narrow bounds, partly on the clipped branch
+    common = dict(num_iterations=2, max_steps=2, epsilon=1e-3, epsilon_high=2e-3)
     ours, model0 = run(
         LooGspoTrainer,
         LooGspoConfig,
@@ -70,6 +71,8 @@ def test_group_mean_token_total_equals_stock_trl_dapo_when_s_equals_ga(tmp_path)
         assert abs(loss_a.item() - loss_b.item()) < 1e-6
     assert any(abs(loss.item()) > 1e-4 for _, loss, _ in ours.recorded)  # a non-trivial loss was compared
     assert_same_update(param_delta(ours.model, model0), param_delta(stock.model, model0))
+    clipped = ours.state.log_history[1]["clip_ratio/region_answers"]
+    assert 0.0 < clipped < 1.0, clipped  # both branches of the clipped loss were compared
 
 
 @pytest.mark.parametrize(

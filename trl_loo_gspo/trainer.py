@@ -402,10 +402,13 @@ class LooGspoTrainer(GRPOTrainer):
 
     @torch.no_grad()
     def _accumulate_stats(self, mode, s, advantages, lengths, fmask, entropies, per_token_kl, guard) -> None:
+        """Add this micro-batch's sums to the step's statistics (no host sync: masked ops, no boolean indexing)."""
         valid = lengths > 0
-        low, high = core.clip_masks(s.detach(), advantages, self.epsilon_low, self.epsilon_high)
+        s = s.detach().to(torch.float64)
+        low, high = core.clip_masks(s, advantages, self.epsilon_low, self.epsilon_high)
         low, high = low & valid, high & valid
         lengths = lengths.to(torch.float64)
+        zero = torch.zeros((), dtype=torch.float64, device=s.device)
         values = [
             valid.sum(),
             lengths.sum(),
@@ -413,19 +416,14 @@ class LooGspoTrainer(GRPOTrainer):
             high.sum(),
             (lengths * low).sum(),
             (lengths * high).sum(),
-            (guard & valid).sum() if guard is not None else torch.zeros((), device=s.device),
-            s.detach()[valid].sum(),
+            (guard & valid).sum() if guard is not None else zero,
+            torch.where(valid, s, zero).sum(),
             (entropies * fmask).sum(),
-            (per_token_kl.detach() * fmask).sum() if per_token_kl is not None else torch.zeros((), device=s.device),
+            (per_token_kl.detach() * fmask).sum() if per_token_kl is not None else zero,
         ]
         stats = torch.stack([v.to(torch.float64) for v in values])
-        detached = s.detach()[valid].to(torch.float64)
-        extrema = torch.stack(
-            [
-                detached.max() if detached.numel() else torch.tensor(-math.inf, dtype=torch.float64, device=s.device),
-                -detached.min() if detached.numel() else torch.tensor(-math.inf, dtype=torch.float64, device=s.device),
-            ]
-        )
+        minus_inf = torch.full_like(s, -math.inf)
+        extrema = torch.stack([torch.where(valid, s, minus_inf).amax(), torch.where(valid, -s, minus_inf).amax()])
         if mode == "train":
             self._stats += stats
             self._ratio_extrema = torch.maximum(self._ratio_extrema, extrema)
