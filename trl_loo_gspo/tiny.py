@@ -38,12 +38,16 @@ def tiny_qwen2(
     hidden_size: int = 64,
     num_hidden_layers: int = 2,
     seed: int = 0,
+    intermediate_size: int | None = None,
 ) -> Qwen2ForCausalLM:
-    """A small Qwen2 model with seeded random weights, sized for CPU tests (~100k parameters at the defaults)."""
+    """A small Qwen2 model with seeded random weights, sized for CPU (~100k parameters at the defaults).
+
+    ``intermediate_size`` defaults to ``2 * hidden_size``.
+    """
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
+        intermediate_size=intermediate_size or 2 * hidden_size,
         num_hidden_layers=num_hidden_layers,
         num_attention_heads=4,
         num_key_value_heads=2,

@@ -1,0 +1,59 @@
+"""Held-out pass rates of a policy on the demo task: greedy (pass@1) and sampled (mean over n samples)."""
+
+from __future__ import annotations
+
+import torch
+from datasets import Dataset
+
+from .task import verify
+
+
+@torch.no_grad()
+def pass_rates(
+    model,
+    tokenizer,
+    dataset: Dataset,
+    samples: int = 4,
+    temperature: float = 1.0,
+    max_new_tokens: int = 6,
+    batch_size: int = 512,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Greedy pass rate and mean sampled pass rate (``samples`` answers per problem at ``temperature``).
+
+    Sampling matches training (top-k and top-p off), and is seeded without touching the caller's RNG state.
+    """
+    was_training = model.training
+    model.eval()
+    prompts, answers = list(dataset["prompt"]), list(dataset["answer"])
+    greedy = sampled = 0.0
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for start in range(0, len(prompts), batch_size):
+            batch_prompts = prompts[start : start + batch_size]
+            batch_answers = answers[start : start + batch_size]
+            enc = tokenizer(batch_prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = {k: v.to(model.device) for k, v in enc.items()}
+            common = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+            out = model.generate(**enc, do_sample=False, **common)
+            greedy += _score(tokenizer, out[:, enc["input_ids"].size(1) :], batch_answers)
+            if samples:
+                out = model.generate(
+                    **enc,
+                    do_sample=True,
+                    temperature=temperature,
+                    top_k=0,
+                    top_p=1.0,
+                    num_return_sequences=samples,
+                    **common,
+                )
+                repeated = [a for a in batch_answers for _ in range(samples)]
+                sampled += _score(tokenizer, out[:, enc["input_ids"].size(1) :], repeated) / samples
+    model.train(was_training)
+    n = max(len(prompts), 1)
+    return {"greedy": greedy / n, "sampled": sampled / n if samples else float("nan")}
+
+
+def _score(tokenizer, completion_ids: torch.Tensor, answers: list[str]) -> float:
+    texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+    return sum(verify(text, answer) for text, answer in zip(texts, answers, strict=True))

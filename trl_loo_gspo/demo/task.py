@@ -1,0 +1,71 @@
+"""The demo's embedded task: integer addition with an exact verifier and content-disjoint splits.
+
+Problems are ``a+b=`` with ``0 <= a, b < 10**digits``; the answer is the decimal sum. The split is made over
+*unordered* pairs, so ``a+b`` and ``b+a`` always land in the same split (a commutative duplicate in training would
+leak the validation answer). Everything is a pure function of the settings and the seed.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import asdict, dataclass
+
+from datasets import Dataset
+
+_INTEGER = re.compile(r"\s*(-?\d+)\s*")
+
+
+@dataclass(frozen=True)
+class AdditionTask:
+    """Settings of the addition task. ``validation_pairs`` unordered pairs (both orders) are held out."""
+
+    digits: int = 2
+    validation_pairs: int = 250
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.digits <= 4:
+            raise ValueError(f"digits must be in [1, 4], got {self.digits}")
+        total = self.num_unordered_pairs
+        if not 0 < self.validation_pairs < total:
+            raise ValueError(f"validation_pairs must be in (0, {total}) for digits={self.digits}")
+
+    @property
+    def num_unordered_pairs(self) -> int:
+        n = 10**self.digits
+        return n * (n + 1) // 2
+
+    def settings(self) -> dict:
+        return asdict(self)
+
+    def splits(self) -> tuple[Dataset, Dataset]:
+        """``(train, validation)`` datasets with columns ``prompt`` and ``answer``; disjoint by content."""
+        n = 10**self.digits
+        pairs = [(a, b) for a in range(n) for b in range(a, n)]
+        random.Random(self.seed).shuffle(pairs)
+        held_out, train_pairs = pairs[: self.validation_pairs], pairs[self.validation_pairs :]
+        return _rows(train_pairs), _rows(held_out)
+
+
+def _rows(pairs: list[tuple[int, int]]) -> Dataset:
+    rows = []
+    for a, b in pairs:
+        orders = [(a, b)] if a == b else [(a, b), (b, a)]
+        rows.extend({"prompt": f"{x}+{y}=", "answer": str(x + y)} for x, y in orders)
+    return Dataset.from_list(rows)
+
+
+def verify(completion: str, answer: str) -> float:
+    """Exact check: 1.0 if the completion is the answer's integer (surrounding whitespace allowed), else 0.0.
+
+    Anything else — another number, extra characters, an empty or garbage string — scores 0.0.
+    """
+    match = _INTEGER.fullmatch(completion)
+    return float(match is not None and match.group(1) == str(int(answer)))
+
+
+def addition_reward(completions: list, answer: list[str], **_: object) -> list[float]:
+    """TRL reward function for the addition task (plain-text or conversational completions)."""
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [verify(text, ans) for text, ans in zip(texts, answer, strict=True)]
