@@ -1,4 +1,4 @@
-"""A tiny policy and task built locally, never downloaded: for tests, smoke runs and benchmarks.
+"""A tiny policy and task built locally, never downloaded: for tests, the demo and benchmarks.
 
 * :func:`char_tokenizer`: a character-level ``PreTrainedTokenizerFast`` (``tokenizers`` WordLevel over single
   characters, left padding, pad/eos set).
