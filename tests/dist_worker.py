@@ -14,7 +14,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from tests.helpers import base_kwargs, make_rollout, parity_reward, train_dataset  # noqa: E402
+from tests.helpers import (  # noqa: E402
+    base_kwargs,
+    controlled_dataset,
+    controlled_reward,
+    controlled_rollout,
+    make_rollout,
+    parity_reward,
+    train_dataset,
+)
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer  # noqa: E402
 from trl_loo_gspo.tiny import char_tokenizer  # noqa: E402
 
@@ -25,19 +33,24 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--overrides", required=True, help="JSON dict of LooGspoConfig overrides")
     parser.add_argument("--expect-processes", type=int, default=2)
+    parser.add_argument("--task", choices=["parity", "controlled"], default="parity")
     cli = parser.parse_args()
 
     tokenizer = char_tokenizer()
     model = AutoModelForCausalLM.from_pretrained(cli.model_dir, dtype=torch.float32)
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
     args = LooGspoConfig(**base_kwargs(cli.out + ".run", **json.loads(cli.overrides)))
+    if cli.task == "parity":
+        reward, dataset, rollout = parity_reward, train_dataset(), make_rollout(tokenizer, args.num_generations)
+    else:  # always-right / always-wrong / mixed prompts, for dynamic sampling
+        reward, dataset, rollout = controlled_reward, controlled_dataset(), controlled_rollout(tokenizer, 4)
     trainer = LooGspoTrainer(
         model=model,
-        reward_funcs=[parity_reward],
+        reward_funcs=[reward],
         args=args,
-        train_dataset=train_dataset(),
+        train_dataset=dataset,
         processing_class=tokenizer,
-        rollout_func=make_rollout(tokenizer, args.num_generations),
+        rollout_func=rollout,
     )
     # A distributed test that silently ran one process would check nothing.
     assert trainer.accelerator.num_processes == cli.expect_processes, trainer.accelerator.num_processes
@@ -50,6 +63,8 @@ def main() -> None:
                 "delta": delta,
                 "loss": trainer.state.log_history[0]["loss"],
                 "processes": trainer.accelerator.num_processes,
+                "logs": trainer.state.log_history,
+                "prompts": list(trainer._logs["prompt"]),
             },
             cli.out,
         )

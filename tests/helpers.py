@@ -11,6 +11,7 @@ import hashlib
 import os
 
 import torch
+from datasets import Dataset
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -145,3 +146,36 @@ def reference_gradient(trainer, model0, micro_batches, loss_aggregation: str = "
 def param_delta(model_after, model0):
     before = dict(model0.named_parameters())
     return {name: (p.detach() - before[name].detach()) for name, p in model_after.named_parameters()}
+
+
+def controlled_dataset(n: int = 48, seed: int = 0):
+    """Prompts whose pass rate is controlled by a `kind` column: always right, always wrong, or mixed."""
+    kinds = ["always", "never", "mixed"]
+    gen = torch.Generator().manual_seed(seed)
+    picks = torch.randint(3, (n,), generator=gen).tolist()
+    return Dataset.from_list([{"prompt": f"p{i}=", "kind": kinds[k]} for i, k in enumerate(picks)])
+
+
+def controlled_rollout(tokenizer, num_generations: int):
+    """Answer j of a group is '1' * (j + 1): the row's position in the *global* batch decides j, so that a group
+    split across processes gets the same answers as in one process."""
+
+    def rollout(prompts, trainer):
+        out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+        offset = trainer.accelerator.process_index * len(prompts)
+        for row, prompt in enumerate(prompts):
+            j = (offset + row) % num_generations
+            ids = tokenizer("1" * (1 + j), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            out["prompt_ids"].append(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+            out["completion_ids"].append(ids)
+            out["logprobs"].append([0.0] * len(ids))
+        return out
+
+    return rollout
+
+
+def controlled_reward(completions, kind, **_):
+    """always → 1, never → 0, mixed → 1 for an even-length completion (2 of 4 answers)."""
+    return [
+        {"always": 1.0, "never": 0.0}.get(k, float(len(c) % 2 == 0)) for c, k in zip(completions, kind, strict=True)
+    ]

@@ -17,10 +17,10 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def launch(model_dir: Path, out: Path, overrides: dict, processes: int) -> dict:
+def launch(model_dir: Path, out: Path, overrides: dict, processes: int, task: str = "parity") -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", TRL_EXPERIMENTAL_SILENCE="1", PYTHONPATH=str(ROOT))
     worker = [str(ROOT / "tests" / "dist_worker.py"), "--model-dir", str(model_dir), "--out", str(out)]
-    worker += ["--overrides", json.dumps(overrides), "--expect-processes", str(processes)]
+    worker += ["--overrides", json.dumps(overrides), "--expect-processes", str(processes), "--task", task]
     if processes > 1:
         # `accelerate launch --cpu --num_processes 2` silently runs ONE process; torchrun starts two.
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
@@ -64,3 +64,18 @@ def test_two_processes_with_accumulation_equal_one_process(model_dir, tmp_path, 
     for name, expected in single["delta"].items():
         torch.testing.assert_close(dist["delta"][name], expected, rtol=0, atol=1e-5, msg=f"parameter {name}")
     assert abs(dist["loss"] - single["loss"]) < 1e-5
+
+
+def test_dynamic_sampling_with_a_group_split_across_processes(model_dir, tmp_path):
+    """3 groups of 4 over 2 processes (6 rows each: the middle group is split), refill rounds, same decisions."""
+    common = dict(dynamic_sampling=True, num_generations=4, gradient_accumulation_steps=2, steps_per_generation=2)
+    dist = launch(model_dir, tmp_path / "two.pt", dict(per_device_train_batch_size=3, **common), 2, "controlled")
+    single = launch(model_dir, tmp_path / "one.pt", dict(per_device_train_batch_size=6, **common), 1, "controlled")
+    log_d, log_s = dist["logs"][0], single["logs"][0]
+    for key in ("sampling/rounds", "sampling/frac_filtered", "sampling/frac_all_correct", "tokens/generated"):
+        assert log_d[key] == log_s[key], key
+    assert log_s["sampling/rounds"] > 1  # refill happened
+    assert dist["prompts"] == single["prompts"]  # the same groups reached the loss, in the same order
+    assert max(v.abs().max().item() for v in single["delta"].values()) > 1e-3
+    for name, expected in single["delta"].items():
+        torch.testing.assert_close(dist["delta"][name], expected, rtol=0, atol=1e-5, msg=f"parameter {name}")

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .sampling import GROUP_FILTERS
+
 #: Sentinel for TRL's ``loss_type``: the loss is computed by ``LooGspoTrainer`` and selected by ``loss_aggregation``.
 LOSS_TYPE = "loo_gspo"
 
@@ -76,6 +78,51 @@ class LooGspoConfig(GRPOConfig):
         metadata={
             "help": "A group has a comparison signal when its scorable rewards spread by more than this (logged as "
             "groups/frac_with_signal)."
+        },
+    )
+
+    # Dynamic sampling (SPEC §3.1) and the rollout-token budget (§5.2).
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "SPEC §3.1: groups without a comparison signal never reach the loss; new prompts are drawn and "
+            "generated until the generation batch is full (or max_sampling_rounds is hit)."
+        },
+    )
+    group_filter: str = field(
+        default="zero_variance",
+        metadata={
+            "help": "Which groups carry a signal: 'zero_variance' (rewards not all equal, up to signal_tolerance) "
+            "or 'pass_rate_band' (mean reward strictly inside pass_rate_band; for non-binary rewards).",
+            "choices": list(GROUP_FILTERS),
+        },
+    )
+    pass_rate_band: list[float] = field(
+        default_factory=lambda: [0.0, 1.0],
+        metadata={"help": "[low, high] for group_filter='pass_rate_band': keep groups with low < mean < high."},
+    )
+    max_sampling_rounds: int = field(
+        default=8,
+        metadata={"help": "Cap on generation rounds per batch (SPEC §3.1: cap the resampling budget)."},
+    )
+    on_sampling_exhausted: str = field(
+        default="pad",
+        metadata={
+            "help": "When max_sampling_rounds is hit before the batch is full: 'pad' (train on the groups found; "
+            "the rest of the batch is zero-weight rows that count in neither numerator nor denominator; warns "
+            "once, logs sampling/padded_fraction) or 'error'.",
+            "choices": ["pad", "error"],
+        },
+    )
+    refill_seed: int | None = field(
+        default=None,
+        metadata={"help": "Seed of the refill prompt sampler (its own permutation and cursor). None = `seed`."},
+    )
+    rollout_token_budget: int | None = field(
+        default=None,
+        metadata={
+            "help": "Stop training cleanly (checkpoint saved if saving is on, metrics logged) once the cumulative "
+            "generated tokens reach this budget. Every generated token counts, filtered groups included."
         },
     )
 
@@ -177,5 +224,15 @@ class LooGspoConfig(GRPOConfig):
                     f"(> {widest:.6g} = max(log(1+epsilon_high), -log(1-epsilon))), otherwise the guard would clip "
                     "inside the clip range. Use a wide value such as 1.0, or None to disable."
                 )
+        if self.group_filter not in GROUP_FILTERS:
+            raise ValueError(f"group_filter={self.group_filter!r} is not one of {GROUP_FILTERS}.")
+        if len(self.pass_rate_band) != 2 or not self.pass_rate_band[0] < self.pass_rate_band[1]:
+            raise ValueError(f"pass_rate_band must be [low, high] with low < high, got {self.pass_rate_band}.")
+        if self.max_sampling_rounds < 1:
+            raise ValueError(f"max_sampling_rounds must be >= 1, got {self.max_sampling_rounds}.")
+        if self.on_sampling_exhausted not in ("pad", "error"):
+            raise ValueError(f"on_sampling_exhausted must be 'pad' or 'error', got {self.on_sampling_exhausted!r}.")
+        if self.rollout_token_budget is not None and self.rollout_token_budget <= 0:
+            raise ValueError(f"rollout_token_budget must be > 0 or None, got {self.rollout_token_budget}.")
         if self.signal_tolerance < 0:
             raise ValueError(f"signal_tolerance must be >= 0, got {self.signal_tolerance}.")

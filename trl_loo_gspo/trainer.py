@@ -23,13 +23,30 @@ from typing import Any
 
 import torch
 from accelerate.utils import DistributedType
+from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
 from . import core
 from .config import LooGspoConfig
+from .dynamic_sampling import DynamicSamplingMixin, generated_per_effective
 
 _STATE_FILE = "loo_gspo_state.json"
+
+
+class _RolloutTokenBudget(TrainerCallback):
+    """Stops training cleanly once ``rollout_token_budget`` generated tokens are spent (saves if saving is on)."""
+
+    def __init__(self, trainer: LooGspoTrainer) -> None:
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.trainer._budget_spent():
+            control.should_training_stop = True
+            control.should_log = True
+            control.should_save = args.save_strategy != "no"
+        return control
+
 
 # Model-input keys TRL forwards to `_get_per_token_logps_and_entropies` (multimodal models).
 _FORWARD_KEYS = (
@@ -69,7 +86,7 @@ def _default_args(model: Any) -> LooGspoConfig:
     return LooGspoConfig(f"{str(name).rstrip('/').split('/')[-1]}-LooGspo")
 
 
-class LooGspoTrainer(GRPOTrainer):
+class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
     """Drop-in replacement for ``trl.GRPOTrainer`` implementing LOO-GSPO (``SPEC.md`` §2.2, §3.2, §3.3).
 
     Same constructor as ``GRPOTrainer``; ``args`` must be a :class:`LooGspoConfig` (or ``None`` for defaults).
@@ -114,6 +131,8 @@ class LooGspoTrainer(GRPOTrainer):
         # Cumulative counters (saved with checkpoints).
         self.generated_tokens_total = 0
         self.effective_tokens_total = 0
+        self._init_sampling()
+        self.add_callback(_RolloutTokenBudget(self))
 
     # ------------------------------------------------------------------ setup checks
     def _spans_generation_rounds(self) -> bool:
@@ -146,15 +165,6 @@ class LooGspoTrainer(GRPOTrainer):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards_per_func = rewards_per_func  # gathered over all processes, NaN = unscorable
         return rewards_per_func
-
-    def _generate(self, prompts: list):
-        output = super()._generate(prompts)
-        completion_ids, tool_mask = output[1], output[2]
-        if tool_mask is not None:
-            self._local_generated_tokens += int(sum(sum(mask) for mask in tool_mask))
-        else:
-            self._local_generated_tokens += sum(len(ids) for ids in completion_ids)
-        return output
 
     def group_ids(self, num_rows: int, num_generations: int, device: torch.device) -> torch.Tensor:
         """Prompt-group id of each gathered row. TRL keeps each prompt's answers contiguous, so row // K."""
@@ -215,6 +225,8 @@ class LooGspoTrainer(GRPOTrainer):
             self.effective_tokens_total += int(effective)
             metrics["tokens/generated_total"] = [float(self.generated_tokens_total)]
             metrics["tokens/effective_total"] = [float(self.effective_tokens_total)]
+            ratio = generated_per_effective(self.generated_tokens_total, self.effective_tokens_total)
+            metrics["tokens/generated_per_effective"] = [ratio]
         elapsed = time.perf_counter() - start
         self._generation_time += elapsed
         metrics["timing/generate_score_s"].append(elapsed)
@@ -446,6 +458,8 @@ class LooGspoTrainer(GRPOTrainer):
                     {
                         "generated_tokens_total": self.generated_tokens_total,
                         "effective_tokens_total": self.effective_tokens_total,
+                        "sampling_counters": self.sampling_counters,
+                        "refill_sampler": None if self._refill is None else self._refill.state_dict(),
                     },
                     f,
                 )
@@ -459,3 +473,6 @@ class LooGspoTrainer(GRPOTrainer):
                     state = json.load(f)
                 self.generated_tokens_total = int(state["generated_tokens_total"])
                 self.effective_tokens_total = int(state["effective_tokens_total"])
+                self.sampling_counters.update(state.get("sampling_counters", {}))
+                if self._refill is not None and state.get("refill_sampler") is not None:
+                    self._refill.load_state_dict(state["refill_sampler"])

@@ -1,0 +1,132 @@
+"""Dynamic sampling on a tiny model with a controlled pass rate per prompt (always right, always wrong, mixed)."""
+
+import copy
+import math
+
+import pytest
+import torch
+from datasets import Dataset
+
+from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
+
+from .helpers import (
+    base_kwargs,
+    controlled_dataset,
+    controlled_reward,
+    controlled_rollout,
+    make_model_and_tokenizer,
+    param_delta,
+    reference_gradient,
+)
+
+pytestmark = pytest.mark.slow
+K = 4  # the controlled rollout's group size
+
+
+class Recording(LooGspoTrainer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.batches = []
+        self.recorded = []
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.batches.append({"rewards": self._last_rewards_per_func.clone(), "pad": self._pad_rows, "output": output})
+        return output
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        keep = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")
+        self.recorded.append(({k: inputs[k].detach().clone() for k in keep}, loss.detach(), self.state.global_step))
+        return loss
+
+
+def make(tmp_path, dataset=None, **overrides):
+    model, tokenizer = make_model_and_tokenizer()
+    model0 = copy.deepcopy(model)
+    kwargs = base_kwargs(str(tmp_path), num_generations=K, per_device_train_batch_size=8, dynamic_sampling=True)
+    kwargs.update(overrides)
+    trainer = Recording(
+        model=model,
+        reward_funcs=[controlled_reward],
+        args=LooGspoConfig(**kwargs),
+        train_dataset=dataset if dataset is not None else controlled_dataset(),
+        processing_class=tokenizer,
+        rollout_func=controlled_rollout(tokenizer, K),
+    )
+    return trainer, model0
+
+
+def group_spreads(rewards):
+    r = rewards[:, 0].view(-1, K)
+    return r.max(1).values - r.min(1).values
+
+
+def test_no_zero_signal_group_reaches_the_loss_and_refill_happens(tmp_path):
+    trainer, _ = make(tmp_path, max_steps=4)
+    trainer.train()
+    assert len(trainer.batches) == 4
+    for batch in trainer.batches:
+        assert not batch["pad"].any()
+        assert (group_spreads(batch["rewards"]) > 0).all()
+    logs = [h for h in trainer.state.log_history if "sampling/rounds" in h]
+    assert max(h["sampling/rounds"] for h in logs) > 1  # refill rounds happened
+    assert any(h["sampling/frac_all_correct"] > 0 for h in logs) and any(
+        h["sampling/frac_all_wrong"] > 0 for h in logs
+    )
+    assert all(h["sampling/padded_fraction"] == 0 for h in logs)
+    # every generated token is counted, the filtered ones included
+    assert trainer.generated_tokens_total > trainer.effective_tokens_total
+    assert logs[-1]["tokens/generated_per_effective"] > 1.0
+
+
+def test_cap_pads_with_zero_weight_rows_and_loss_equals_the_valid_rows_alone(tmp_path):
+    trainer, model0 = make(
+        tmp_path, max_sampling_rounds=1, gradient_accumulation_steps=1, per_device_train_batch_size=16
+    )
+    with pytest.warns(UserWarning, match="max_sampling_rounds"):
+        trainer.train()
+    batch = trainer.batches[0]
+    pad = batch["pad"]
+    assert pad.any() and not pad.all()
+    assert batch["output"]["completion_mask"][pad].sum() == 0  # no valid token: in neither numerator nor denominator
+    assert torch.isnan(batch["rewards"][pad]).all()
+    assert (batch["output"]["advantages"][pad] == 0).all()
+    log = trainer.state.log_history[0]
+    assert log["sampling/padded_fraction"] == pad.view(-1, K)[:, 0].float().mean().item() > 0
+    valid_tokens = batch["output"]["completion_mask"][~pad].sum().item()
+    assert log["tokens/loss_denominator"] == valid_tokens
+    # the update is the gradient of the spec's L over the valid (non-padding) rows alone
+    valid_only = []
+    for inputs, _, _ in trainer.recorded:
+        keep = inputs["completion_mask"].sum(-1) > 0
+        valid_only.append({k: v[keep] for k, v in inputs.items()})
+    grads, _ = reference_gradient(trainer, model0, valid_only)
+    expected = {k: -trainer.args.learning_rate * g for k, g in grads.items()}
+    for name, delta in param_delta(trainer.model, model0).items():
+        torch.testing.assert_close(delta, expected[name], rtol=0, atol=1e-6)
+
+
+def test_cap_can_raise_instead(tmp_path):
+    never = Dataset.from_list([{"prompt": f"p{i}=", "kind": "never"} for i in range(16)])
+    trainer, _ = make(tmp_path, dataset=never, max_sampling_rounds=2, on_sampling_exhausted="error")
+    with pytest.raises(RuntimeError, match="max_sampling_rounds=2"):
+        trainer.train()
+
+
+def test_rollout_token_budget_stops_training_within_one_batch(tmp_path):
+    trainer, _ = make(tmp_path, max_steps=50, rollout_token_budget=300, save_strategy="steps", save_steps=1000)
+    trainer.train()
+    assert trainer.state.global_step < 50
+    per_step = max(h["tokens/generated"] for h in trainer.state.log_history if "tokens/generated" in h)
+    assert 300 <= trainer.generated_tokens_total < 300 + per_step
+    # stopped cleanly: a checkpoint at the stopping step, with the counters
+    assert (tmp_path / f"checkpoint-{trainer.state.global_step}" / "loo_gspo_state.json").exists()
+
+
+def test_without_dynamic_sampling_degenerate_groups_reach_the_loss_with_zero_weight(tmp_path):
+    trainer, _ = make(tmp_path, dynamic_sampling=False, max_steps=1)
+    trainer.train()
+    spreads = group_spreads(trainer.batches[0]["rewards"])
+    assert (spreads == 0).any()  # the control: zero-signal groups are there (with Â = 0)
+    assert math.isclose(trainer.state.log_history[0]["groups/frac_with_signal"], (spreads > 0).float().mean().item())

@@ -1,0 +1,88 @@
+"""Pure decision functions of dynamic sampling (SPEC §3.1)."""
+
+import math
+
+import pytest
+import torch
+
+from trl_loo_gspo.sampling import (
+    RefillSampler,
+    budget_reached,
+    group_decisions,
+    refill_prompt_count,
+    select_groups,
+)
+
+NAN = float("nan")
+
+
+def test_zero_variance_filter_with_tolerance_and_categories():
+    rewards = torch.tensor([1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 1, 1 + 1e-9, 1, 1], dtype=torch.float64)
+    d = group_decisions(rewards, torch.arange(16) // 4)
+    assert d.keep.tolist() == [False, False, True, False]  # fp noise (1e-9) is not a signal
+    assert d.all_correct.tolist() == [True, False, False, True]
+    assert d.all_wrong.tolist() == [False, True, False, False]
+
+
+def test_unscorable_answers_do_not_make_a_signal():
+    rewards = torch.tensor([1.0, NAN, NAN, NAN, 0.0, 1.0, NAN, NAN, NAN, NAN, NAN, NAN])
+    d = group_decisions(rewards, torch.arange(12) // 4)
+    assert d.keep.tolist() == [False, True, False]
+    assert d.all_wrong.tolist() == [False, False, True]  # nothing scorable counts as failed
+    assert math.isnan(d.mean[2].item())
+
+
+def test_pass_rate_band_keeps_means_strictly_inside():
+    rewards = torch.tensor([0.2, 0.4, 0.6, 0.8, 0.0, 0.1, 0.0, 0.1, 0.9, 1.0, 1.0, 0.9, 0.5, 0.5, 0.5, 0.5])
+    d = group_decisions(rewards, torch.arange(16) // 4, mode="pass_rate_band", band=(0.1, 0.9))
+    # means: 0.5 (kept), 0.05 (below), 0.95 (above), 0.5 with no spread (dropped)
+    assert d.keep.tolist() == [True, False, False, False]
+    assert d.all_correct.tolist() == [False, False, True, False]
+    assert d.all_wrong.tolist() == [False, True, False, True]
+    with pytest.raises(ValueError, match="group_filter"):
+        group_decisions(rewards, torch.arange(16) // 4, mode="std")
+
+
+def test_select_groups_fills_in_order_and_discards_surplus():
+    s = select_groups([False, True, True, False, True, True], needed=3, exhausted=False)
+    assert s.chosen == [1, 2, 4] and s.surplus == 1 and s.padding == []
+
+
+def test_select_groups_pads_only_when_exhausted():
+    with pytest.raises(ValueError):
+        select_groups([True, False, False], needed=2, exhausted=False)
+    s = select_groups([True, False, False], needed=2, exhausted=True)
+    assert s.chosen == [0] and s.padding == [1] and s.surplus == 0
+
+
+def test_refill_count_scales_with_keep_rate_caps_and_aligns_to_processes():
+    assert refill_prompt_count(0, 0.5, 1, 8, 16) == 0
+    assert refill_prompt_count(4, 0.5, 1, 8, 16) == 8
+    assert refill_prompt_count(4, 0.0, 1, 8, 16) == 16  # keep rate floored at 1/8, capped at one batch
+    assert refill_prompt_count(3, 1.0, 2, 8, 16) == 3  # 3 × 8 rows split evenly over 2 processes
+    assert refill_prompt_count(3, 1.0, 4, 2, 16) == 4  # 3 × 2 rows do not split over 4: round up to 4 prompts
+
+
+def test_refill_sampler_is_seeded_wraps_and_restores():
+    a, b = RefillSampler(10, seed=3), RefillSampler(10, seed=3)
+    first = a.draw(7)
+    assert first == b.draw(7) and len(set(first)) == 7
+    state = a.state_dict()
+    rest = a.draw(6)  # wraps into a new permutation
+    assert set(rest[:3]) == set(range(10)) - set(first)
+    c = RefillSampler(10, seed=3)
+    c.load_state_dict(state)
+    assert c.draw(6) == rest
+    assert RefillSampler(10, seed=4).draw(7) != first
+    with pytest.raises(ValueError):
+        c.load_state_dict({**state, "seed": 9})
+
+
+def test_refill_sampler_excludes_and_never_loops_forever():
+    s = RefillSampler(5, seed=0)
+    assert not set(s.draw(3, exclude={0, 1})) & {0, 1}
+    assert len(s.draw(4, exclude=set(range(5)))) == 4  # everything excluded: exclusion is ignored
+
+
+def test_budget_accounting():
+    assert not budget_reached(99, 100) and budget_reached(100, 100) and not budget_reached(10**9, None)

@@ -1,0 +1,176 @@
+"""Pure decision functions for dynamic sampling (SPEC §3.1): which groups carry a comparison signal, which groups
+fill the batch, how many prompts to draw next, and a refill sampler with its own seed and cursor.
+
+Everything here is deterministic given its inputs: the trainer calls it on rewards gathered from all processes, so
+every process takes the same decisions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+GROUP_FILTERS = ("zero_variance", "pass_rate_band")
+
+
+@dataclass(frozen=True)
+class GroupDecision:
+    """Per-group outcome of the filter (tensors of shape ``(G,)``, one entry per group in ascending id order)."""
+
+    ids: torch.Tensor  # the group ids
+    keep: torch.Tensor  # bool: the group carries a comparison signal and may reach the loss
+    mean: torch.Tensor  # mean scorable reward (NaN when no scorable answer)
+    all_correct: torch.Tensor  # bool: filtered, and its answers all succeeded
+    all_wrong: torch.Tensor  # bool: filtered, and its answers all failed (or none could be scored)
+
+
+def group_decisions(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    mode: str = "zero_variance",
+    tolerance: float = 1e-6,
+    band: tuple[float, float] = (0.0, 1.0),
+) -> GroupDecision:
+    """Decide, per group, whether it carries a comparison signal (SPEC §3.1).
+
+    * ``"zero_variance"``: keep groups with at least two scorable answers whose rewards spread by more than
+      ``tolerance`` (a tolerance, since floating-point noise gives constant groups a tiny non-zero spread).
+    * ``"pass_rate_band"``: keep groups whose mean scorable reward lies strictly inside ``band = (low, high)``, and
+      that have at least two scorable answers (for non-binary rewards; note that a group can have a mean inside the
+      band and still no spread, e.g. all answers at 0.5 — such a group is dropped too).
+
+    A filtered group is "all correct" when its mean is above the band's midpoint (``zero_variance``: above 0, for
+    rewards where success is positive and failure is 0 or negative), otherwise "all wrong".
+    """
+    if mode not in GROUP_FILTERS:
+        raise ValueError(f"group_filter must be one of {GROUP_FILTERS}, got {mode!r}")
+    ids, inverse = torch.unique(group_ids, return_inverse=True)
+    g = ids.numel()
+    scorable = ~torch.isnan(rewards)
+    values = torch.where(scorable, rewards, torch.zeros_like(rewards)).to(torch.float64)
+    counts = torch.zeros(g, dtype=torch.float64).index_add_(0, inverse, scorable.to(torch.float64))
+    sums = torch.zeros(g, dtype=torch.float64).index_add_(0, inverse, values)
+    mean = torch.where(counts > 0, sums / counts.clamp(min=1), torch.full_like(sums, math.nan))
+    high = torch.full((g,), -math.inf, dtype=torch.float64).scatter_reduce(
+        0, inverse, torch.where(scorable, values, torch.full_like(values, -math.inf)), reduce="amax"
+    )
+    low = torch.full((g,), math.inf, dtype=torch.float64).scatter_reduce(
+        0, inverse, torch.where(scorable, values, torch.full_like(values, math.inf)), reduce="amin"
+    )
+    spread = (counts >= 2) & ((high - low) > tolerance)
+    if mode == "zero_variance":
+        keep = spread
+        threshold = 0.0
+    else:
+        band_low, band_high = band
+        # §3.1 variant for non-binary rewards: the group's mean strictly inside the band
+        keep = spread & (mean > band_low) & (mean < band_high)
+        threshold = 0.5 * (band_low + band_high)
+    filtered = ~keep
+    success = torch.nan_to_num(mean, nan=-math.inf) > threshold
+    return GroupDecision(ids=ids, keep=keep, mean=mean, all_correct=filtered & success, all_wrong=filtered & ~success)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which candidate groups fill the batch (indices into the candidate list, in order)."""
+
+    chosen: list[int]  # kept groups that fill the batch
+    padding: list[int]  # filtered groups used as zero-weight padding rows (cap reached)
+    surplus: int  # kept groups beyond the batch: discarded (never carried into a later step)
+
+
+def select_groups(keep: list[bool], needed: int, exhausted: bool) -> Selection:
+    """Fill ``needed`` groups with kept groups in candidate order; pad with filtered groups only if ``exhausted``.
+
+    Surplus kept groups are discarded: carried into a later step they would be off-policy while the loss treats
+    them as on-policy.
+    """
+    kept = [i for i, k in enumerate(keep) if k]
+    chosen = kept[:needed]
+    surplus = max(len(kept) - needed, 0)
+    padding: list[int] = []
+    if len(chosen) < needed:
+        if not exhausted:
+            raise ValueError("select_groups called before the batch could be filled and before the cap")
+        filtered = [i for i, k in enumerate(keep) if not k]
+        padding = filtered[: needed - len(chosen)]
+        if len(padding) < needed - len(chosen):
+            raise ValueError(f"not enough candidate groups to fill {needed} (have {len(keep)})")
+    return Selection(chosen=chosen, padding=padding, surplus=surplus)
+
+
+def refill_prompt_count(
+    missing: int, keep_rate: float, num_processes: int, num_generations: int, max_prompts: int
+) -> int:
+    """How many new prompts to draw for the next generation round.
+
+    Enough to cover ``missing`` groups at the observed ``keep_rate`` (floored at 1/8, so that a run of bad luck does
+    not ask for an unbounded round), at most ``max_prompts`` (one generation batch), and rounded up so that the
+    round's rows (``prompts × num_generations``) split evenly over the processes, as TRL's own batches do. The
+    result depends on the process count only through that rounding, which is a no-op whenever
+    ``num_generations`` is a multiple of ``num_processes``.
+    """
+    if missing <= 0:
+        return 0
+    wanted = math.ceil(missing / max(keep_rate, 0.125))
+    wanted = min(max(wanted, missing), max_prompts)
+    unit = num_processes // math.gcd(num_generations, num_processes)
+    return math.ceil(wanted / unit) * unit
+
+
+class RefillSampler:
+    """Draws dataset indices for refill rounds: its own seeded permutation and cursor, reshuffled each pass.
+
+    Independent of the global RNG and of the Trainer's dataloader, so that every process draws the same indices
+    and a checkpoint can restore exactly where it was (:meth:`state_dict`).
+    """
+
+    def __init__(self, dataset_size: int, seed: int) -> None:
+        if dataset_size <= 0:
+            raise ValueError("the refill sampler needs a non-empty dataset")
+        self.dataset_size = dataset_size
+        self.seed = seed
+        self.epoch = 0
+        self.cursor = 0
+        self._order = self._permutation(0)
+
+    def _permutation(self, epoch: int) -> list[int]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(self.dataset_size, generator=generator).tolist()
+
+    def draw(self, count: int, exclude: set[int] | None = None) -> list[int]:
+        """The next ``count`` indices not in ``exclude`` (wrapping into a new permutation as needed).
+
+        If every index is excluded, exclusion is ignored rather than looping forever.
+        """
+        exclude = exclude or set()
+        if len(exclude) >= self.dataset_size:
+            exclude = set()
+        drawn: list[int] = []
+        while len(drawn) < count:
+            if self.cursor >= self.dataset_size:
+                self.epoch += 1
+                self.cursor = 0
+                self._order = self._permutation(self.epoch)
+            index = self._order[self.cursor]
+            self.cursor += 1
+            if index not in exclude:
+                drawn.append(index)
+        return drawn
+
+    def state_dict(self) -> dict:
+        return {"dataset_size": self.dataset_size, "seed": self.seed, "epoch": self.epoch, "cursor": self.cursor}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["dataset_size"] != self.dataset_size or state["seed"] != self.seed:
+            raise ValueError("refill sampler state does not match this dataset or seed")
+        self.epoch, self.cursor = int(state["epoch"]), int(state["cursor"])
+        self._order = self._permutation(self.epoch)
+
+
+def budget_reached(tokens_used: int, budget: int | None) -> bool:
+    """Whether a rollout-token budget is spent (every generated token counts; ``None`` means no budget)."""
+    return budget is not None and tokens_used >= budget
