@@ -66,9 +66,11 @@ def test_two_processes_with_accumulation_equal_one_process(model_dir, tmp_path, 
     assert abs(dist["loss"] - single["loss"]) < 1e-5
 
 
-def test_dynamic_sampling_with_a_group_split_across_processes(model_dir, tmp_path):
+@pytest.mark.parametrize("probe", [None, 2], ids=["dapo", "probe"])
+def test_dynamic_sampling_with_a_group_split_across_processes(model_dir, tmp_path, probe):
     """3 groups of 4 over 2 processes (6 rows each: the middle group is split), refill rounds, same decisions."""
     common = dict(dynamic_sampling=True, num_generations=4, gradient_accumulation_steps=2, steps_per_generation=2)
+    common["probe_generations"] = probe
     dist = launch(model_dir, tmp_path / "two.pt", dict(per_device_train_batch_size=3, **common), 2, "controlled")
     single = launch(model_dir, tmp_path / "one.pt", dict(per_device_train_batch_size=6, **common), 1, "controlled")
     log_d, log_s = dist["logs"][0], single["logs"][0]

@@ -130,3 +130,27 @@ def test_without_dynamic_sampling_degenerate_groups_reach_the_loss_with_zero_wei
     spreads = group_spreads(trainer.batches[0]["rewards"])
     assert (spreads == 0).any()  # the control: zero-signal groups are there (with Â = 0)
     assert math.isclose(trainer.state.log_history[0]["groups/frac_with_signal"], (spreads > 0).float().mean().item())
+
+
+def test_probe_never_generates_the_continuation_for_filtered_prompts(tmp_path):
+    trainer, _ = make(tmp_path, max_steps=3, probe_generations=3)
+    calls = []
+    rollout = trainer.rollout_func
+
+    def spy(prompts, trainer_):
+        phase = "probe" if trainer_.num_generations == 3 else "continuation"  # set per round by the sampler
+        calls.extend((phase, prompt) for prompt in prompts)
+        return rollout(prompts, trainer_)
+
+    trainer.rollout_func = spy
+    kinds = {row["prompt"]: row["kind"] for row in trainer.train_dataset}
+    trainer.train()
+    continued = [prompt for phase, prompt in calls if phase == "continuation"]
+    assert continued and all(kinds[p] == "mixed" for p in continued)  # never for always/never-right prompts
+    assert {p for phase, p in calls if phase == "probe" and kinds[p] != "mixed"}  # those were probed
+    for batch in trainer.batches:
+        assert (group_spreads(batch["rewards"]) > 0).all()  # full groups (probe + continuation) with a signal
+    log = trainer.state.log_history[0]
+    assert log["tokens/probe"] > 0 and log["tokens/continuation"] > 0
+    assert sum(v for k, v in log.items() if k.startswith("probe/pass_rate_")) == pytest.approx(1.0)
+    assert log["probe/pass_rate_0_of_3"] > 0 and log["probe/pass_rate_3_of_3"] > 0

@@ -114,6 +114,18 @@ class LooGspoConfig(GRPOConfig):
             "choices": ["pad", "error"],
         },
     )
+    probe_generations: int | None = field(
+        default=None,
+        metadata={
+            "help": "Two-stage sampling (SPEC §3.1 variant; needs dynamic_sampling): generate this many answers per "
+            "prompt first (e.g. 4 of 8), and the rest of the group only for prompts whose probe pass rate lies "
+            "strictly inside probe_pass_rate_band; the probe answers stay members of the group. None = off."
+        },
+    )
+    probe_pass_rate_band: list[float] = field(
+        default_factory=lambda: [0.0, 1.0],
+        metadata={"help": "[low, high]: a prompt is continued when low < probe mean reward < high (and it spreads)."},
+    )
     refill_seed: int | None = field(
         default=None,
         metadata={"help": "Seed of the refill prompt sampler (its own permutation and cursor). None = `seed`."},
@@ -228,6 +240,20 @@ class LooGspoConfig(GRPOConfig):
             raise ValueError(f"group_filter={self.group_filter!r} is not one of {GROUP_FILTERS}.")
         if len(self.pass_rate_band) != 2 or not self.pass_rate_band[0] < self.pass_rate_band[1]:
             raise ValueError(f"pass_rate_band must be [low, high] with low < high, got {self.pass_rate_band}.")
+        if len(self.probe_pass_rate_band) != 2 or not self.probe_pass_rate_band[0] < self.probe_pass_rate_band[1]:
+            raise ValueError(
+                f"probe_pass_rate_band must be [low, high] with low < high, got {self.probe_pass_rate_band}."
+            )
+        if self.probe_generations is not None:
+            if not self.dynamic_sampling:
+                raise ValueError(
+                    "probe_generations needs dynamic_sampling=True (the probe is a way to filter groups)."
+                )
+            if not 2 <= self.probe_generations < self.num_generations:
+                raise ValueError(
+                    "probe_generations must satisfy 2 <= probe_generations < num_generations "
+                    f"({self.num_generations}), got {self.probe_generations}."
+                )
         if self.max_sampling_rounds < 1:
             raise ValueError(f"max_sampling_rounds must be >= 1, got {self.max_sampling_rounds}.")
         if self.on_sampling_exhausted not in ("pad", "error"):

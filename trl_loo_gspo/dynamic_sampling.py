@@ -141,50 +141,145 @@ class DynamicSamplingMixin(GRPOTrainer):
         weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
         return (rewards_per_func * weights).nansum(dim=1).masked_fill(unscorable, float("nan"))
 
+    def _generate_rows(self, rows: list[dict], per_prompt: int) -> tuple[list[dict], torch.Tensor]:
+        """Generate and verify one answer per row of a *global* row list; each process takes its equal share.
+
+        ``rows`` holds each prompt ``per_prompt`` times in a row, and ``self.num_generations`` is set to
+        ``per_prompt`` meanwhile: TRL's generation backends (vLLM server mode deduplicates
+        ``prompts[::num_generations]``) expect exactly that layout. Returns the gathered row records and rewards.
+        """
+        processes, rank = self.accelerator.num_processes, self.accelerator.process_index
+        share = len(rows) // processes
+        mine = rows[rank * share : (rank + 1) * share]
+        prompts = [x["prompt"] for x in mine]
+        saved = self.num_generations
+        self.num_generations = per_prompt
+        try:
+            generation = self._generate(prompts)
+        finally:
+            self.num_generations = saved
+        rewards_per_func = self._calculate_rewards(mine, prompts, generation[3], generation[1])
+        return gather_object(_row_records(generation)), rewards_per_func
+
+    def _aligned(self, rows: list[dict]) -> tuple[list[dict], int]:
+        """Pad a global row list with copies of its last row so that it splits evenly over the processes."""
+        extra = -len(rows) % self.accelerator.num_processes
+        return rows + [rows[-1]] * extra, extra
+
+    def _decide(self, rewards_per_func: torch.Tensor, size: int, mode: str, band) -> object:
+        rewards = self._combined_rewards(rewards_per_func).cpu()
+        ids = torch.arange(rewards.numel()) // size
+        return group_decisions(rewards, ids, mode, self.args.signal_tolerance, tuple(band))
+
+    def _full_round(self, prompts: list[dict]) -> tuple[list[dict], dict]:
+        """DAPO's flow: K answers for every prompt, then the filter on the whole group."""
+        k = self.num_generations
+        rows, extra = self._aligned([p for p in prompts for _ in range(k)])
+        records, rewards_per_func = self._generate_rows(rows, k)
+        n = len(prompts) * k
+        decision = self._decide(rewards_per_func[:n], k, self.args.group_filter, self.args.pass_rate_band)
+        groups = []
+        for g, prompt in enumerate(prompts):
+            rows_g = slice(g * k, (g + 1) * k)
+            groups.append(
+                {
+                    "records": records[rows_g],
+                    "inputs": [prompt] * k,
+                    "rewards": rewards_per_func[rows_g],
+                    "keep": bool(decision.keep[g]),
+                    "all_correct": bool(decision.all_correct[g]),
+                    "all_wrong": bool(decision.all_wrong[g]),
+                }
+            )
+        return groups, {"discarded": sum(_tokens(r) for r in records[n:]), "probe": 0, "continuation": 0}
+
+    def _probe_round(self, prompts: list[dict], missing: int) -> tuple[list[dict], dict]:
+        """Two-stage sampling (SPEC §3.1 variant): ``probe_generations`` answers per prompt first; only prompts whose
+        probe pass rate lies strictly inside ``probe_pass_rate_band`` get the rest of their group, and the probe
+        answers stay members of it. At most ``missing`` prompts are continued; the others' probes are discarded."""
+        args = self.args
+        k, probe = self.num_generations, args.probe_generations
+        rows, extra = self._aligned([p for p in prompts for _ in range(probe)])
+        records, rewards_per_func = self._generate_rows(rows, probe)
+        n = len(prompts) * probe
+        stats = {"discarded": sum(_tokens(r) for r in records[n:]), "probe": sum(_tokens(r) for r in records)}
+        decision = self._decide(rewards_per_func[:n], probe, "pass_rate_band", args.probe_pass_rate_band)
+        self._probe_rates.extend(decision.mean.tolist())
+        passing = [j for j in range(len(prompts)) if decision.keep[j]]
+        continued, surplus = passing[:missing], passing[missing:]
+        groups: list[dict] = []
+        for j in range(len(prompts)):
+            if j in continued or j in surplus:
+                continue
+            groups.append(
+                {
+                    "records": records[j * probe : (j + 1) * probe],
+                    "inputs": [prompts[j]] * probe,
+                    "rewards": rewards_per_func[j * probe : (j + 1) * probe],
+                    "keep": False,
+                    "all_correct": bool(decision.all_correct[j]),
+                    "all_wrong": bool(decision.all_wrong[j]),
+                }
+            )
+        stats["discarded"] += sum(_tokens(r) for j in surplus for r in records[j * probe : (j + 1) * probe])
+        stats["surplus"] = len(surplus)
+        stats["continuation"] = 0
+        if continued:
+            rest = k - probe
+            more, extra = self._aligned([prompts[j] for j in continued for _ in range(rest)])
+            more_records, more_rewards = self._generate_rows(more, rest)
+            m = len(continued) * rest
+            stats["continuation"] = sum(_tokens(r) for r in more_records)
+            stats["discarded"] += sum(_tokens(r) for r in more_records[m:])
+            full_rewards = torch.cat(
+                [
+                    torch.cat([rewards_per_func[j * probe : (j + 1) * probe], more_rewards[c * rest : (c + 1) * rest]])
+                    for c, j in enumerate(continued)
+                ]
+            )
+            full = self._decide(full_rewards, k, args.group_filter, args.pass_rate_band)
+            for c, j in enumerate(continued):
+                groups.append(
+                    {
+                        "records": records[j * probe : (j + 1) * probe] + more_records[c * rest : (c + 1) * rest],
+                        "inputs": [prompts[j]] * k,
+                        "rewards": full_rewards[c * k : (c + 1) * k],
+                        "keep": bool(full.keep[c]),
+                        "all_correct": bool(full.all_correct[c]),
+                        "all_wrong": bool(full.all_wrong[c]),
+                    }
+                )
+        return groups, stats
+
     def _sample_batch(self, inputs: list[dict]) -> tuple[list[dict], _Replay, torch.Tensor]:
         args = self.args
         k = self.num_generations
         processes, rank = self.accelerator.num_processes, self.accelerator.process_index
         local_rows = len(inputs)
         needed = local_rows * processes // k  # groups in one generation batch
+        prompts = gather_object(list(inputs))[::k]  # TRL's batch: each prompt k times in a row
         candidates: list[dict] = []
-        round_inputs = inputs
+        totals = {"discarded": 0, "probe": 0, "continuation": 0, "surplus": 0}
+        self._probe_rates: list[float] = []
         rounds, kept, exhausted = 0, 0, False
         while True:
             rounds += 1
-            prompts = [x["prompt"] for x in round_inputs]
-            generation = self._generate(prompts)
-            rewards_per_func = self._calculate_rewards(round_inputs, prompts, generation[3], generation[1])
-            records = gather_object(_row_records(generation))
-            round_all_inputs = gather_object(list(round_inputs))
-            rewards = self._combined_rewards(rewards_per_func).cpu()
-            group_ids = torch.arange(rewards.numel()) // k
-            decision = group_decisions(
-                rewards, group_ids, args.group_filter, args.signal_tolerance, tuple(args.pass_rate_band)
-            )
-            for g in range(rewards.numel() // k):
-                rows = slice(g * k, (g + 1) * k)
-                candidates.append(
-                    {
-                        "records": records[rows],
-                        "inputs": round_all_inputs[rows],
-                        "rewards": rewards_per_func[rows],
-                        "keep": bool(decision.keep[g]),
-                        "all_correct": bool(decision.all_correct[g]),
-                        "all_wrong": bool(decision.all_wrong[g]),
-                    }
-                )
+            if args.probe_generations:
+                groups, stats = self._probe_round(prompts, needed - kept)
+            else:
+                groups, stats = self._full_round(prompts)
+            for key, value in stats.items():
+                totals[key] += value
+            candidates.extend(groups)
             kept = sum(c["keep"] for c in candidates)
             if kept >= needed:
                 break
             if rounds >= args.max_sampling_rounds:
                 exhausted = True
                 break
-            count = refill_prompt_count(needed - kept, kept / len(candidates), processes, k, needed)
-            indices = self._refill.draw(count)  # identical on every process: own seed and cursor
-            rows = [i for i in indices for _ in range(k)]  # each prompt's answers contiguous, as TRL lays them out
-            per_process = len(rows) // processes
-            round_inputs = [self.train_dataset[i] for i in rows[rank * per_process : (rank + 1) * per_process]]
+            per_prompt = args.probe_generations or k
+            count = refill_prompt_count(needed - kept, kept / max(len(candidates), 1), processes, per_prompt, needed)
+            prompts = [self.train_dataset[i] for i in self._refill.draw(count)]  # same on every process
 
         if exhausted and args.on_sampling_exhausted == "error":
             raise RuntimeError(
@@ -192,7 +287,7 @@ class DynamicSamplingMixin(GRPOTrainer):
                 f"max_sampling_rounds={args.max_sampling_rounds} generation rounds. Raise max_sampling_rounds, "
                 "or set on_sampling_exhausted='pad' to train on the groups found."
             )
-        selection = select_groups([c["keep"] for c in candidates], needed, exhausted)
+        selection = select_groups([c["keep"] for c in candidates], needed, exhausted=True)
         if selection.padding and not self._warned_exhausted:
             warnings.warn(
                 f"dynamic sampling hit max_sampling_rounds={args.max_sampling_rounds} with {kept}/{needed} groups "
@@ -201,36 +296,53 @@ class DynamicSamplingMixin(GRPOTrainer):
                 stacklevel=2,
             )
             self._warned_exhausted = True
-        self._log_sampling(candidates, selection, rounds, needed)
+        self._log_sampling(candidates, selection, rounds, needed, totals)
 
-        groups = [candidates[i] for i in selection.chosen] + [candidates[i] for i in selection.padding]
-        pad_flags = [False] * len(selection.chosen) + [True] * len(selection.padding)
-        all_records = [r for c in groups for r in c["records"]]
-        all_inputs = [x for c in groups for x in c["inputs"]]
-        rewards_per_func = torch.cat([c["rewards"] for c in groups])
-        pad_rows_all = torch.tensor([flag for flag in pad_flags for _ in range(k)], device=rewards_per_func.device)
+        chosen = [candidates[i] for i in selection.chosen]
+        # Padding: any generated rows, k per padding group; their completion mask is zeroed after TRL's pass.
+        pool = [(r, x, w) for c in candidates for r, x, w in zip(c["records"], c["inputs"], c["rewards"], strict=True)]
+        pad_rows_count = len(selection.padding) * k
+        padding = [pool[i % len(pool)] for i in range(pad_rows_count)]
+        all_records = [r for c in chosen for r in c["records"]] + [p[0] for p in padding]
+        all_inputs = [x for c in chosen for x in c["inputs"]] + [p[1] for p in padding]
+        rewards_rows = [c["rewards"] for c in chosen]
+        if padding:
+            rewards_rows.append(torch.stack([p[2] for p in padding]))
+        rewards_per_func = torch.cat(rewards_rows)
+        pad_rows_all = torch.zeros(len(all_records), dtype=torch.bool, device=rewards_per_func.device)
+        pad_rows_all[len(all_records) - pad_rows_count :] = True
         rewards_per_func = rewards_per_func.masked_fill(pad_rows_all.unsqueeze(1), float("nan"))
         mine = slice(rank * local_rows, (rank + 1) * local_rows)
         replay = _Replay(_generation_from_records(all_records[mine]), rewards_per_func)
         return all_inputs[mine], replay, pad_rows_all[mine]
 
-    def _log_sampling(self, candidates: list[dict], selection, rounds: int, needed: int) -> None:
+    def _log_sampling(self, candidates: list[dict], selection, rounds: int, needed: int, totals: dict) -> None:
         metrics = self._metrics["train"]
-        used = set(selection.chosen) | set(selection.padding)
-        discarded = sum(_tokens(r) for i, c in enumerate(candidates) if i not in used for r in c["records"])
-        padded = sum(_tokens(r) for i in selection.padding for r in candidates[i]["records"])
-        n = len(candidates)
+        chosen = set(selection.chosen)
+        discarded = totals["discarded"] + sum(
+            _tokens(r) for i, c in enumerate(candidates) if i not in chosen for r in c["records"]
+        )
+        n = max(len(candidates), 1)
         metrics["sampling/rounds"].append(rounds)
         metrics["sampling/frac_filtered"].append(sum(not c["keep"] for c in candidates) / n)
         metrics["sampling/frac_all_correct"].append(sum(c["all_correct"] for c in candidates) / n)
         metrics["sampling/frac_all_wrong"].append(sum(c["all_wrong"] for c in candidates) / n)
         metrics["sampling/padded_fraction"].append(len(selection.padding) / needed)
-        metrics["sampling/surplus_groups"].append(selection.surplus)
-        metrics["tokens/discarded"].append(discarded + padded)
+        surplus = selection.surplus + totals["surplus"]
+        metrics["sampling/surplus_groups"].append(surplus)
+        metrics["tokens/discarded"].append(discarded)
+        if self.args.probe_generations:
+            metrics["tokens/probe"].append(totals["probe"])
+            metrics["tokens/continuation"].append(totals["continuation"])
+            probe = self.args.probe_generations
+            rates = [r for r in self._probe_rates if not math.isnan(r)]
+            for v in range(probe + 1):  # histogram of probe pass rates, binned at multiples of 1/probe
+                share = sum(round(r * probe) == v for r in rates) / max(len(rates), 1)
+                metrics[f"probe/pass_rate_{v}_of_{probe}"].append(share)
         counters = self.sampling_counters
-        counters["discarded_tokens"] += discarded + padded
+        counters["discarded_tokens"] += discarded
         counters["padded_groups"] += len(selection.padding)
-        counters["surplus_groups"] += selection.surplus
+        counters["surplus_groups"] += surplus
         counters["rounds"] += rounds
 
     # ------------------------------------------------------------------ rollout-token budget
