@@ -154,3 +154,38 @@ def test_probe_never_generates_the_continuation_for_filtered_prompts(tmp_path):
     assert log["tokens/probe"] > 0 and log["tokens/continuation"] > 0
     assert sum(v for k, v in log.items() if k.startswith("probe/pass_rate_")) == pytest.approx(1.0)
     assert log["probe/pass_rate_0_of_3"] > 0 and log["probe/pass_rate_3_of_3"] > 0
+
+
+def test_registry_excludes_filtered_prompts_from_refill_and_readmits_them(tmp_path):
+    """Prompts of kind 'late' are always wrong before step 2 and mixed from then on: filtered, remembered, not
+    redrawn by the refill sampler, then re-admitted every 2 steps, and the re-admitted ones pass."""
+    kinds = ["always", "never", "mixed", "late"]
+    dataset = Dataset.from_list([{"prompt": f"p{i}=", "kind": kinds[i % 4]} for i in range(64)])
+
+    def reward(completions, kind, trainer_state, **_):
+        out = []
+        for c, k in zip(completions, kind, strict=True):
+            if k == "late":
+                k = "mixed" if trainer_state.global_step >= 2 else "never"
+            out.append(controlled_reward([c], [k])[0])
+        return out
+
+    trainer, _ = make(tmp_path, dataset=dataset, max_steps=5, recheck_filtered_every=2, probe_generations=2)
+    trainer.reward_funcs = [reward]
+    drawn = []
+    draw = trainer._refill.draw
+
+    def spy(count, exclude=None):
+        indices = draw(count, exclude)
+        drawn.append((trainer.state.global_step, set(indices), set(trainer.filtered_registry)))
+        return indices
+
+    trainer._refill.draw = spy
+    trainer.train()
+    assert drawn and all(not (indices & registered) for _, indices, registered in drawn)
+    logs = {h["step"]: h for h in trainer.state.log_history if "sampling/readmitted" in h}
+    assert logs[1]["sampling/readmitted"] == 0 and logs[1]["sampling/registry_size"] > 0
+    assert logs[3]["sampling/readmitted"] > 0  # step 2 (logged as step 3): the first re-check
+    assert logs[3]["sampling/readmitted_passed"] > 0  # 'late' prompts now have mixed outcomes
+    record = next(iter(trainer.filtered_registry.values()))
+    assert set(record) == {"step", "pass_rate", "outcome"} and record["outcome"] in ("all_correct", "all_wrong")

@@ -8,7 +8,16 @@ from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
 from .helpers import base_kwargs, controlled_dataset, controlled_reward, controlled_rollout, make_model_and_tokenizer
 
 pytestmark = pytest.mark.slow
-KEYS = ("loss", "grad_norm", "sampling/rounds", "sampling/frac_filtered", "tokens/generated", "tokens/generated_total")
+KEYS = (
+    "loss",
+    "grad_norm",
+    "sampling/rounds",
+    "sampling/frac_filtered",
+    "sampling/readmitted",
+    "sampling/registry_size",
+    "tokens/generated",
+    "tokens/generated_total",
+)
 
 
 def trainer_for(tmp_path, **overrides):
@@ -18,6 +27,7 @@ def trainer_for(tmp_path, **overrides):
         num_generations=4,
         per_device_train_batch_size=8,
         dynamic_sampling=True,
+        recheck_filtered_every=2,  # the registry of filtered prompts is part of the checkpoint
         max_steps=6,
         save_strategy="steps",
         save_steps=3,
@@ -49,6 +59,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     assert resumed.generated_tokens_total == full.generated_tokens_total
     assert resumed._refill.state_dict() == full._refill.state_dict()
     assert resumed.sampling_counters == full.sampling_counters
+    assert resumed.filtered_registry == full.filtered_registry
     assert max(h["sampling/rounds"] for h in steps(full, 4, 6)) > 1  # the refill sampler was exercised after resume
 
 

@@ -126,6 +126,15 @@ class LooGspoConfig(GRPOConfig):
         default_factory=lambda: [0.0, 1.0],
         metadata={"help": "[low, high]: a prompt is continued when low < probe mean reward < high (and it spreads)."},
     )
+    recheck_filtered_every: int | None = field(
+        default=None,
+        metadata={
+            "help": "Remember filtered prompts (dataset index, step, pass rate, all-correct/all-wrong), exclude them "
+            "from refill draws, and re-admit those filtered at least N steps ago every N steps (through the probe "
+            "when it is on). SPEC §3.1: a prompt with pass rate 0.2 is all wrong in 4 tries 41% of the time. "
+            "None = no registry (needs dynamic_sampling)."
+        },
+    )
     refill_seed: int | None = field(
         default=None,
         metadata={"help": "Seed of the refill prompt sampler (its own permutation and cursor). None = `seed`."},
@@ -254,6 +263,11 @@ class LooGspoConfig(GRPOConfig):
                     "probe_generations must satisfy 2 <= probe_generations < num_generations "
                     f"({self.num_generations}), got {self.probe_generations}."
                 )
+        if self.recheck_filtered_every is not None:
+            if not self.dynamic_sampling:
+                raise ValueError("recheck_filtered_every needs dynamic_sampling=True.")
+            if self.recheck_filtered_every < 1:
+                raise ValueError(f"recheck_filtered_every must be >= 1, got {self.recheck_filtered_every}.")
         if self.max_sampling_rounds < 1:
             raise ValueError(f"max_sampling_rounds must be >= 1, got {self.max_sampling_rounds}.")
         if self.on_sampling_exhausted not in ("pad", "error"):

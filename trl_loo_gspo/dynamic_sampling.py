@@ -12,6 +12,7 @@ log-probabilities, importance weights and logging of the final batch only.
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from typing import Any
@@ -74,6 +75,11 @@ def _generation_from_records(records: list[dict]) -> tuple:
     )
 
 
+def _prompt_key(prompt: Any) -> str:
+    """A content key for a prompt (plain text or a list of messages), to find its dataset index."""
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
+
+
 def _tokens(record: dict) -> int:
     return sum(record["tool_mask"]) if record["tool_mask"] is not None else len(record["completion_ids"])
 
@@ -88,6 +94,7 @@ class DynamicSamplingMixin(GRPOTrainer):
         self._warned_exhausted = False
         self._refill: RefillSampler | None = None
         self.sampling_counters = {"discarded_tokens": 0, "padded_groups": 0, "surplus_groups": 0, "rounds": 0}
+        self.filtered_registry = {}
         if not args.dynamic_sampling:
             return
         if isinstance(self.train_dataset, IterableDataset):
@@ -99,6 +106,12 @@ class DynamicSamplingMixin(GRPOTrainer):
             raise ValueError("dynamic_sampling does not support environment_factory yet; set dynamic_sampling=False.")
         seed = args.seed if args.refill_seed is None else args.refill_seed
         self._refill = RefillSampler(len(self.train_dataset), seed)
+        # Registry of filtered prompts (SPEC §3.1: re-check them periodically): dataset index -> record.
+        self.filtered_registry: dict[int, dict] = {}
+        self._prompt_index: dict[str, int] = {}
+        if args.recheck_filtered_every is not None:
+            for index, prompt in enumerate(self.train_dataset["prompt"]):
+                self._prompt_index.setdefault(_prompt_key(prompt), index)
 
     # ------------------------------------------------------------------ TRL hooks (replay-aware)
     def _generate(self, prompts: list):
@@ -187,6 +200,7 @@ class DynamicSamplingMixin(GRPOTrainer):
                     "inputs": [prompt] * k,
                     "rewards": rewards_per_func[rows_g],
                     "keep": bool(decision.keep[g]),
+                    "mean": float(decision.mean[g]),
                     "all_correct": bool(decision.all_correct[g]),
                     "all_wrong": bool(decision.all_wrong[g]),
                 }
@@ -217,6 +231,7 @@ class DynamicSamplingMixin(GRPOTrainer):
                     "inputs": [prompts[j]] * probe,
                     "rewards": rewards_per_func[j * probe : (j + 1) * probe],
                     "keep": False,
+                    "mean": float(decision.mean[j]),
                     "all_correct": bool(decision.all_correct[j]),
                     "all_wrong": bool(decision.all_wrong[j]),
                 }
@@ -245,6 +260,7 @@ class DynamicSamplingMixin(GRPOTrainer):
                         "inputs": [prompts[j]] * k,
                         "rewards": full_rewards[c * k : (c + 1) * k],
                         "keep": bool(full.keep[c]),
+                        "mean": float(full.mean[c]),
                         "all_correct": bool(full.all_correct[c]),
                         "all_wrong": bool(full.all_wrong[c]),
                     }
@@ -258,6 +274,8 @@ class DynamicSamplingMixin(GRPOTrainer):
         local_rows = len(inputs)
         needed = local_rows * processes // k  # groups in one generation batch
         prompts = gather_object(list(inputs))[::k]  # TRL's batch: each prompt k times in a row
+        readmitted = self._readmit(needed)
+        prompts = prompts + [self.train_dataset[i] for i in readmitted]
         candidates: list[dict] = []
         totals = {"discarded": 0, "probe": 0, "continuation": 0, "surplus": 0}
         self._probe_rates: list[float] = []
@@ -279,7 +297,8 @@ class DynamicSamplingMixin(GRPOTrainer):
                 break
             per_prompt = args.probe_generations or k
             count = refill_prompt_count(needed - kept, kept / max(len(candidates), 1), processes, per_prompt, needed)
-            prompts = [self.train_dataset[i] for i in self._refill.draw(count)]  # same on every process
+            drawn = self._refill.draw(count, exclude=set(self.filtered_registry))  # same on every process
+            prompts = [self.train_dataset[i] for i in drawn]
 
         if exhausted and args.on_sampling_exhausted == "error":
             raise RuntimeError(
@@ -297,6 +316,7 @@ class DynamicSamplingMixin(GRPOTrainer):
             )
             self._warned_exhausted = True
         self._log_sampling(candidates, selection, rounds, needed, totals)
+        self._update_registry(candidates, selection, readmitted)
 
         chosen = [candidates[i] for i in selection.chosen]
         # Padding: any generated rows, k per padding group; their completion mask is zeroed after TRL's pass.
@@ -315,6 +335,39 @@ class DynamicSamplingMixin(GRPOTrainer):
         mine = slice(rank * local_rows, (rank + 1) * local_rows)
         replay = _Replay(_generation_from_records(all_records[mine]), rewards_per_func)
         return all_inputs[mine], replay, pad_rows_all[mine]
+
+    def _readmit(self, needed: int) -> list[int]:
+        """Every ``recheck_filtered_every`` steps, re-admit prompts filtered at least that many steps ago (at most
+        one batch of them, lowest index first); they go through the probe when it is on (SPEC §3.1)."""
+        every = self.args.recheck_filtered_every
+        step = self.state.global_step
+        if every is None or step == 0 or step % every != 0:
+            return []
+        due = sorted(i for i, record in self.filtered_registry.items() if step - record["step"] >= every)[:needed]
+        for index in due:
+            del self.filtered_registry[index]
+        return due
+
+    def _update_registry(self, candidates: list[dict], selection, readmitted: list[int]) -> None:
+        metrics = self._metrics["train"]
+        if self.args.recheck_filtered_every is None:
+            return
+        step = self.state.global_step
+        passed = 0
+        for candidate in candidates:
+            index = self._prompt_index.get(_prompt_key(candidate["inputs"][0]["prompt"]))
+            if index is None:
+                continue
+            if candidate["keep"]:
+                passed += index in readmitted
+                self.filtered_registry.pop(index, None)
+            elif candidate["all_correct"] or candidate["all_wrong"]:
+                outcome = "all_correct" if candidate["all_correct"] else "all_wrong"
+                mean = None if math.isnan(candidate["mean"]) else candidate["mean"]
+                self.filtered_registry[index] = {"step": step, "pass_rate": mean, "outcome": outcome}
+        metrics["sampling/readmitted"].append(len(readmitted))
+        metrics["sampling/readmitted_passed"].append(passed)
+        metrics["sampling/registry_size"].append(len(self.filtered_registry))
 
     def _log_sampling(self, candidates: list[dict], selection, rounds: int, needed: int, totals: dict) -> None:
         metrics = self._metrics["train"]

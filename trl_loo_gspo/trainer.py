@@ -460,6 +460,7 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
                         "effective_tokens_total": self.effective_tokens_total,
                         "sampling_counters": self.sampling_counters,
                         "refill_sampler": None if self._refill is None else self._refill.state_dict(),
+                        "filtered_registry": self.filtered_registry,
                     },
                     f,
                 )
@@ -474,5 +475,7 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
                 self.generated_tokens_total = int(state["generated_tokens_total"])
                 self.effective_tokens_total = int(state["effective_tokens_total"])
                 self.sampling_counters.update(state.get("sampling_counters", {}))
+                registry = state.get("filtered_registry") or {}
+                self.filtered_registry = {int(index): record for index, record in registry.items()}
                 if self._refill is not None and state.get("refill_sampler") is not None:
                     self._refill.load_state_dict(state["refill_sampler"])
