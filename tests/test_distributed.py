@@ -66,17 +66,22 @@ def test_two_processes_with_accumulation_equal_one_process(model_dir, tmp_path, 
     assert abs(dist["loss"] - single["loss"]) < 1e-5
 
 
-@pytest.mark.parametrize("probe", [None, 2], ids=["dapo", "probe"])
-def test_dynamic_sampling_with_a_group_split_across_processes(model_dir, tmp_path, probe):
+@pytest.mark.parametrize(
+    "mode",
+    [{}, {"probe_generations": 2}, {"probe_generations": 2, "adaptive_group_size": True, "max_generations": 6}],
+    ids=["dapo", "probe", "adaptive"],
+)
+def test_dynamic_sampling_with_a_group_split_across_processes(model_dir, tmp_path, mode):
     """3 groups of 4 over 2 processes (6 rows each: the middle group is split), refill rounds, same decisions."""
     common = dict(dynamic_sampling=True, num_generations=4, gradient_accumulation_steps=2, steps_per_generation=2)
-    common["probe_generations"] = probe
+    common.update(mode)
     dist = launch(model_dir, tmp_path / "two.pt", dict(per_device_train_batch_size=3, **common), 2, "controlled")
     single = launch(model_dir, tmp_path / "one.pt", dict(per_device_train_batch_size=6, **common), 1, "controlled")
     log_d, log_s = dist["logs"][0], single["logs"][0]
-    for key in ("sampling/rounds", "sampling/frac_filtered", "sampling/frac_all_correct", "tokens/generated"):
+    keys = ("sampling/rounds", "sampling/frac_filtered", "sampling/frac_all_correct", "sampling/groups")
+    for key in (*keys, "tokens/generated"):
         assert log_d[key] == log_s[key], key
-    assert log_s["sampling/rounds"] > 1  # refill happened
+    assert log_s["sampling/rounds"] > 1 or "adaptive_group_size" in mode  # refill happened (adaptive: larger groups)
     assert dist["prompts"] == single["prompts"]  # the same groups reached the loss, in the same order
     assert max(v.abs().max().item() for v in single["delta"].values()) > 1e-3
     for name, expected in single["delta"].items():

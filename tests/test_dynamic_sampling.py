@@ -189,3 +189,29 @@ def test_registry_excludes_filtered_prompts_from_refill_and_readmits_them(tmp_pa
     assert logs[3]["sampling/readmitted_passed"] > 0  # 'late' prompts now have mixed outcomes
     record = next(iter(trainer.filtered_registry.values()))
     assert set(record) == {"step", "pass_rate", "outcome"} and record["outcome"] in ("all_correct", "all_wrong")
+
+
+def test_adaptive_group_size_gives_informative_prompts_more_answers_at_a_fixed_budget(tmp_path):
+    from trl_loo_gspo.core import loo_advantages
+
+    trainer, _ = make(
+        tmp_path,
+        max_steps=2,
+        per_device_train_batch_size=16,
+        probe_generations=2,
+        adaptive_group_size=True,
+        max_generations=6,
+    )
+    trainer.train()
+    for batch in trainer.batches:
+        rewards = batch["rewards"][:, 0].double()
+        assert rewards.numel() == 32  # the generation batch (16 per device × 2 steps) keeps its size
+        ids = trainer._batch_group_ids
+        sizes = torch.bincount(ids).tolist()
+        assert sum(sizes) == 32 and max(sizes) == 6  # mixed probes (p = 0.5) get max_generations
+    logs = [h for h in trainer.state.log_history if "sampling/groups" in h]
+    assert all(h["sampling/groups"] < 32 / K for h in logs) or any(h["sampling/padded_fraction"] > 0 for h in logs)
+    # LOO over the variable-size groups of the last batch reached the loss
+    last = trainer.batches[-1]
+    expected = loo_advantages(last["rewards"][:, 0].double(), trainer._batch_group_ids)
+    torch.testing.assert_close(last["output"]["advantages"].double(), expected, rtol=0, atol=1e-6)

@@ -7,6 +7,7 @@ import torch
 
 from trl_loo_gspo.sampling import (
     RefillSampler,
+    allocate_group_sizes,
     budget_reached,
     group_decisions,
     refill_prompt_count,
@@ -44,15 +45,41 @@ def test_pass_rate_band_keeps_means_strictly_inside():
 
 
 def test_select_groups_fills_in_order_and_discards_surplus():
-    s = select_groups([False, True, True, False, True, True], needed=3, exhausted=False)
-    assert s.chosen == [1, 2, 4] and s.surplus == 1 and s.padding == []
+    s = select_groups([False, True, True, False, True, True], [4] * 6, rows=12, exhausted=False)
+    assert s.chosen == [1, 2, 4] and s.surplus == 1 and s.padding_rows == 0
+
+
+def test_select_groups_with_variable_sizes_skips_groups_that_do_not_fit():
+    s = select_groups([True, True, True, True], [6, 5, 2, 4], rows=12, exhausted=True)
+    assert s.chosen == [0, 1] and s.surplus == 2 and s.padding_rows == 1  # 6 + 5 = 11; 2 and 4 overflow
+    s = select_groups([True, True, True], [6, 4, 2], rows=12, exhausted=False)
+    assert s.chosen == [0, 1, 2] and s.surplus == 0
 
 
 def test_select_groups_pads_only_when_exhausted():
     with pytest.raises(ValueError):
-        select_groups([True, False, False], needed=2, exhausted=False)
-    s = select_groups([True, False, False], needed=2, exhausted=True)
-    assert s.chosen == [0] and s.padding == [1] and s.surplus == 0
+        select_groups([True, False, False], [4, 4, 4], rows=8, exhausted=False)
+    s = select_groups([True, False, False], [4, 4, 4], rows=8, exhausted=True)
+    assert s.chosen == [0] and s.padding_rows == 4 and s.surplus == 0
+
+
+def test_allocate_group_sizes_favours_informative_prompts_at_a_fixed_budget():
+    rates = [0.5, 0.1, 0.9, 0.3]
+    sizes = allocate_group_sizes(rates, rows=32, k_min=4, k_max=12)
+    assert sum(sizes) == 32
+    assert all(4 <= s <= 12 for s in sizes if s)
+    assert sizes[0] == max(sizes)  # p = 0.5 is the most informative
+    assert sizes[3] >= sizes[1]  # 0.3 before 0.1
+    # a budget smaller than the prompts can use: the least informative are not continued
+    few = allocate_group_sizes(rates, rows=16, k_min=4, k_max=12)
+    assert sum(few) == 16 and few[0] == 12 and few[3] == 4 and few[1] == few[2] == 0
+    # more budget than the prompts can take at k_max: sizes capped, the rest is left
+    many = allocate_group_sizes([0.5, 0.5], rows=40, k_min=4, k_max=12)
+    assert many == [12, 12]
+    # a remainder too small for a group is absorbed
+    assert sum(allocate_group_sizes([0.5, 0.5, 0.5], rows=26, k_min=4, k_max=12)) == 26
+    with pytest.raises(ValueError):
+        allocate_group_sizes(rates, 8, k_min=5, k_max=4)
 
 
 def test_refill_count_scales_with_keep_rate_caps_and_aligns_to_processes():

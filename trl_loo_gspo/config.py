@@ -126,6 +126,22 @@ class LooGspoConfig(GRPOConfig):
         default_factory=lambda: [0.0, 1.0],
         metadata={"help": "[low, high]: a prompt is continued when low < probe mean reward < high (and it spreads)."},
     )
+    adaptive_group_size: bool = field(
+        default=False,
+        metadata={
+            "help": "SPEC §3.1 (untested idea): after the probe, give prompts more answers the more informative "
+            "their probe pass rate p is (p(1-p)), between min_generations and max_generations, at a fixed number of "
+            "answers per batch (the generation batch). Needs probe_generations."
+        },
+    )
+    min_generations: int | None = field(
+        default=None,
+        metadata={"help": "Smallest group with adaptive_group_size (>= probe_generations). None = probe_generations."},
+    )
+    max_generations: int | None = field(
+        default=None,
+        metadata={"help": "Largest group with adaptive_group_size. None = 2 * num_generations."},
+    )
     recheck_filtered_every: int | None = field(
         default=None,
         metadata={
@@ -262,6 +278,18 @@ class LooGspoConfig(GRPOConfig):
                 raise ValueError(
                     "probe_generations must satisfy 2 <= probe_generations < num_generations "
                     f"({self.num_generations}), got {self.probe_generations}."
+                )
+        if self.adaptive_group_size:
+            if self.probe_generations is None:
+                raise ValueError("adaptive_group_size needs probe_generations (sizes follow the probe pass rates).")
+            if self.min_generations is None:
+                self.min_generations = self.probe_generations
+            if self.max_generations is None:
+                self.max_generations = 2 * self.num_generations
+            if not self.probe_generations <= self.min_generations <= self.max_generations:
+                raise ValueError(
+                    "adaptive_group_size needs probe_generations <= min_generations <= max_generations, got "
+                    f"{self.probe_generations}, {self.min_generations}, {self.max_generations}."
                 )
         if self.recheck_filtered_every is not None:
             if not self.dynamic_sampling:

@@ -22,7 +22,14 @@ from accelerate.utils import gather_object
 from datasets import IterableDataset
 from trl import GRPOTrainer
 
-from .sampling import RefillSampler, budget_reached, group_decisions, refill_prompt_count, select_groups
+from .sampling import (
+    RefillSampler,
+    allocate_group_sizes,
+    budget_reached,
+    group_decisions,
+    refill_prompt_count,
+    select_groups,
+)
 
 
 class _Replay:
@@ -91,9 +98,10 @@ class DynamicSamplingMixin(GRPOTrainer):
         args = self.args
         self._replay: _Replay | None = None
         self._pad_rows: torch.Tensor | None = None  # local rows of the current batch that are zero-weight padding
+        self._batch_group_ids: torch.Tensor | None = None  # global per-row group ids of the assembled batch
         self._warned_exhausted = False
         self._refill: RefillSampler | None = None
-        self.sampling_counters = {"discarded_tokens": 0, "padded_groups": 0, "surplus_groups": 0, "rounds": 0}
+        self.sampling_counters = {"discarded_tokens": 0, "padded_rows": 0, "surplus_groups": 0, "rounds": 0}
         self.filtered_registry = {}
         if not args.dynamic_sampling:
             return
@@ -132,6 +140,7 @@ class DynamicSamplingMixin(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         self._pad_rows = None
+        self._batch_group_ids = None
         if not (self.model.training and self.args.dynamic_sampling):
             return super()._generate_and_score_completions(inputs)
         final_inputs, replay, pad_rows = self._sample_batch(inputs)
@@ -179,92 +188,99 @@ class DynamicSamplingMixin(GRPOTrainer):
         extra = -len(rows) % self.accelerator.num_processes
         return rows + [rows[-1]] * extra, extra
 
-    def _decide(self, rewards_per_func: torch.Tensor, size: int, mode: str, band) -> object:
+    def _decide(self, rewards_per_func: torch.Tensor, sizes: list[int], mode: str, band) -> object:
         rewards = self._combined_rewards(rewards_per_func).cpu()
-        ids = torch.arange(rewards.numel()) // size
+        ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes, dtype=torch.long))
         return group_decisions(rewards, ids, mode, self.args.signal_tolerance, tuple(band))
+
+    @staticmethod
+    def _candidate(records, prompt, rewards, decision, g) -> dict:
+        return {
+            "records": records,
+            "inputs": [prompt] * len(records),
+            "rewards": rewards,
+            "keep": bool(decision.keep[g]),
+            "mean": float(decision.mean[g]),
+            "all_correct": bool(decision.all_correct[g]),
+            "all_wrong": bool(decision.all_wrong[g]),
+        }
 
     def _full_round(self, prompts: list[dict]) -> tuple[list[dict], dict]:
         """DAPO's flow: K answers for every prompt, then the filter on the whole group."""
         k = self.num_generations
-        rows, extra = self._aligned([p for p in prompts for _ in range(k)])
+        rows, _ = self._aligned([p for p in prompts for _ in range(k)])
         records, rewards_per_func = self._generate_rows(rows, k)
         n = len(prompts) * k
-        decision = self._decide(rewards_per_func[:n], k, self.args.group_filter, self.args.pass_rate_band)
-        groups = []
-        for g, prompt in enumerate(prompts):
-            rows_g = slice(g * k, (g + 1) * k)
-            groups.append(
-                {
-                    "records": records[rows_g],
-                    "inputs": [prompt] * k,
-                    "rewards": rewards_per_func[rows_g],
-                    "keep": bool(decision.keep[g]),
-                    "mean": float(decision.mean[g]),
-                    "all_correct": bool(decision.all_correct[g]),
-                    "all_wrong": bool(decision.all_wrong[g]),
-                }
-            )
-        return groups, {"discarded": sum(_tokens(r) for r in records[n:]), "probe": 0, "continuation": 0}
+        decision = self._decide(
+            rewards_per_func[:n], [k] * len(prompts), self.args.group_filter, self.args.pass_rate_band
+        )
+        groups = [
+            self._candidate(records[g * k : (g + 1) * k], prompt, rewards_per_func[g * k : (g + 1) * k], decision, g)
+            for g, prompt in enumerate(prompts)
+        ]
+        return groups, {"discarded": sum(_tokens(r) for r in records[n:]), "probe": 0, "continuation": 0, "surplus": 0}
 
-    def _probe_round(self, prompts: list[dict], missing: int) -> tuple[list[dict], dict]:
+    def _group_sizes(self, probe_means: list[float], rows_missing: int) -> list[int]:
+        """Full-group size of each prompt whose probe passed: K each for as many as fit, or adaptive sizes."""
+        args, k = self.args, self.num_generations
+        if args.adaptive_group_size:
+            return allocate_group_sizes(probe_means, rows_missing, args.min_generations, args.max_generations)
+        fits = rows_missing // k
+        return [k if j < fits else 0 for j in range(len(probe_means))]
+
+    def _probe_round(self, prompts: list[dict], rows_missing: int) -> tuple[list[dict], dict]:
         """Two-stage sampling (SPEC §3.1 variant): ``probe_generations`` answers per prompt first; only prompts whose
         probe pass rate lies strictly inside ``probe_pass_rate_band`` get the rest of their group, and the probe
-        answers stay members of it. At most ``missing`` prompts are continued; the others' probes are discarded."""
+        answers stay members of it. Only as many prompts are continued as the batch still has rows for; the others'
+        probes are discarded (surplus). With ``adaptive_group_size`` the group sizes vary per prompt."""
         args = self.args
-        k, probe = self.num_generations, args.probe_generations
-        rows, extra = self._aligned([p for p in prompts for _ in range(probe)])
+        probe = args.probe_generations
+        rows, _ = self._aligned([p for p in prompts for _ in range(probe)])
         records, rewards_per_func = self._generate_rows(rows, probe)
         n = len(prompts) * probe
         stats = {"discarded": sum(_tokens(r) for r in records[n:]), "probe": sum(_tokens(r) for r in records)}
-        decision = self._decide(rewards_per_func[:n], probe, "pass_rate_band", args.probe_pass_rate_band)
+        decision = self._decide(
+            rewards_per_func[:n], [probe] * len(prompts), "pass_rate_band", args.probe_pass_rate_band
+        )
         self._probe_rates.extend(decision.mean.tolist())
         passing = [j for j in range(len(prompts)) if decision.keep[j]]
-        continued, surplus = passing[:missing], passing[missing:]
-        groups: list[dict] = []
-        for j in range(len(prompts)):
-            if j in continued or j in surplus:
-                continue
-            groups.append(
-                {
-                    "records": records[j * probe : (j + 1) * probe],
-                    "inputs": [prompts[j]] * probe,
-                    "rewards": rewards_per_func[j * probe : (j + 1) * probe],
-                    "keep": False,
-                    "mean": float(decision.mean[j]),
-                    "all_correct": bool(decision.all_correct[j]),
-                    "all_wrong": bool(decision.all_wrong[j]),
-                }
-            )
-        stats["discarded"] += sum(_tokens(r) for j in surplus for r in records[j * probe : (j + 1) * probe])
+        sizes = self._group_sizes([float(decision.mean[j]) for j in passing], rows_missing)
+        size_of = {j: size for j, size in zip(passing, sizes, strict=True) if size > 0}
+        surplus = [j for j in passing if j not in size_of]
+        probe_rows = {j: slice(j * probe, (j + 1) * probe) for j in range(len(prompts))}
+        groups = [
+            self._candidate(records[probe_rows[j]], prompts[j], rewards_per_func[probe_rows[j]], decision, j)
+            for j in range(len(prompts))
+            if j not in size_of and j not in surplus
+        ]
+        stats["discarded"] += sum(_tokens(r) for j in surplus for r in records[probe_rows[j]])
         stats["surplus"] = len(surplus)
         stats["continuation"] = 0
-        if continued:
-            rest = k - probe
-            more, extra = self._aligned([prompts[j] for j in continued for _ in range(rest)])
+        # Continuations, one generation call per distinct number of extra answers (each prompt repeated exactly
+        # num_generations times, as TRL's backends expect).
+        extra_records: dict[int, list] = {}
+        extra_rewards: dict[int, torch.Tensor] = {}
+        for j in size_of:  # a group of exactly the probe needs no continuation
+            extra_records[j], extra_rewards[j] = [], rewards_per_func[:0]
+        for rest in sorted({size - probe for size in size_of.values()} - {0}):
+            bucket = [j for j in size_of if size_of[j] - probe == rest]
+            more, _ = self._aligned([prompts[j] for j in bucket for _ in range(rest)])
             more_records, more_rewards = self._generate_rows(more, rest)
-            m = len(continued) * rest
-            stats["continuation"] = sum(_tokens(r) for r in more_records)
+            m = len(bucket) * rest
+            stats["continuation"] += sum(_tokens(r) for r in more_records)
             stats["discarded"] += sum(_tokens(r) for r in more_records[m:])
-            full_rewards = torch.cat(
-                [
-                    torch.cat([rewards_per_func[j * probe : (j + 1) * probe], more_rewards[c * rest : (c + 1) * rest]])
-                    for c, j in enumerate(continued)
-                ]
+            for c, j in enumerate(bucket):
+                extra_records[j] = more_records[c * rest : (c + 1) * rest]
+                extra_rewards[j] = more_rewards[c * rest : (c + 1) * rest]
+        continued = sorted(size_of)
+        if continued:
+            full_rewards = [torch.cat([rewards_per_func[probe_rows[j]], extra_rewards[j]]) for j in continued]
+            full = self._decide(
+                torch.cat(full_rewards), [size_of[j] for j in continued], args.group_filter, args.pass_rate_band
             )
-            full = self._decide(full_rewards, k, args.group_filter, args.pass_rate_band)
             for c, j in enumerate(continued):
-                groups.append(
-                    {
-                        "records": records[j * probe : (j + 1) * probe] + more_records[c * rest : (c + 1) * rest],
-                        "inputs": [prompts[j]] * k,
-                        "rewards": full_rewards[c * k : (c + 1) * k],
-                        "keep": bool(full.keep[c]),
-                        "mean": float(full.mean[c]),
-                        "all_correct": bool(full.all_correct[c]),
-                        "all_wrong": bool(full.all_wrong[c]),
-                    }
-                )
+                records_j = records[probe_rows[j]] + extra_records[j]
+                groups.append(self._candidate(records_j, prompts[j], full_rewards[c], full, c))
         return groups, stats
 
     def _sample_batch(self, inputs: list[dict]) -> tuple[list[dict], _Replay, torch.Tensor]:
@@ -272,57 +288,61 @@ class DynamicSamplingMixin(GRPOTrainer):
         k = self.num_generations
         processes, rank = self.accelerator.num_processes, self.accelerator.process_index
         local_rows = len(inputs)
-        needed = local_rows * processes // k  # groups in one generation batch
+        total_rows = local_rows * processes  # one generation batch
+        needed = total_rows // k  # groups of K in one generation batch
         prompts = gather_object(list(inputs))[::k]  # TRL's batch: each prompt k times in a row
         readmitted = self._readmit(needed)
         prompts = prompts + [self.train_dataset[i] for i in readmitted]
         candidates: list[dict] = []
         totals = {"discarded": 0, "probe": 0, "continuation": 0, "surplus": 0}
         self._probe_rates: list[float] = []
-        rounds, kept, exhausted = 0, 0, False
+        rounds, filled, exhausted = 0, 0, False
         while True:
             rounds += 1
             if args.probe_generations:
-                groups, stats = self._probe_round(prompts, needed - kept)
+                groups, stats = self._probe_round(prompts, total_rows - filled)
             else:
                 groups, stats = self._full_round(prompts)
             for key, value in stats.items():
                 totals[key] += value
             candidates.extend(groups)
-            kept = sum(c["keep"] for c in candidates)
-            if kept >= needed:
+            filled = min(sum(len(c["records"]) for c in candidates if c["keep"]), total_rows)
+            if filled >= total_rows:
                 break
             if rounds >= args.max_sampling_rounds:
                 exhausted = True
                 break
+            kept = sum(c["keep"] for c in candidates)
+            missing = math.ceil((total_rows - filled) / k)
             per_prompt = args.probe_generations or k
-            count = refill_prompt_count(needed - kept, kept / max(len(candidates), 1), processes, per_prompt, needed)
+            count = refill_prompt_count(missing, kept / max(len(candidates), 1), processes, per_prompt, needed)
             drawn = self._refill.draw(count, exclude=set(self.filtered_registry))  # same on every process
             prompts = [self.train_dataset[i] for i in drawn]
 
-        if exhausted and args.on_sampling_exhausted == "error":
+        selection = select_groups(
+            [c["keep"] for c in candidates], [len(c["records"]) for c in candidates], total_rows, exhausted=True
+        )
+        if exhausted and selection.padding_rows and args.on_sampling_exhausted == "error":
             raise RuntimeError(
-                f"dynamic sampling found {kept} of {needed} groups with a comparison signal after "
-                f"max_sampling_rounds={args.max_sampling_rounds} generation rounds. Raise max_sampling_rounds, "
-                "or set on_sampling_exhausted='pad' to train on the groups found."
+                f"dynamic sampling filled {total_rows - selection.padding_rows} of {total_rows} rows with groups "
+                f"carrying a comparison signal after max_sampling_rounds={args.max_sampling_rounds} generation "
+                "rounds. Raise max_sampling_rounds, or set on_sampling_exhausted='pad' to train on the groups found."
             )
-        selection = select_groups([c["keep"] for c in candidates], needed, exhausted=True)
-        if selection.padding and not self._warned_exhausted:
+        if selection.padding_rows and not self._warned_exhausted:
             warnings.warn(
-                f"dynamic sampling hit max_sampling_rounds={args.max_sampling_rounds} with {kept}/{needed} groups "
-                "carrying a comparison signal; the batch is padded with zero-weight rows (logged as "
-                "sampling/padded_fraction). Warning once.",
+                f"dynamic sampling hit max_sampling_rounds={args.max_sampling_rounds} with "
+                f"{total_rows - selection.padding_rows}/{total_rows} rows in groups carrying a comparison signal; "
+                "the rest of the batch is zero-weight padding (logged as sampling/padded_fraction). Warning once.",
                 stacklevel=2,
             )
             self._warned_exhausted = True
-        self._log_sampling(candidates, selection, rounds, needed, totals)
+        self._log_sampling(candidates, selection, rounds, total_rows, totals)
         self._update_registry(candidates, selection, readmitted)
 
         chosen = [candidates[i] for i in selection.chosen]
-        # Padding: any generated rows, k per padding group; their completion mask is zeroed after TRL's pass.
+        # Padding: any generated rows; their completion mask is zeroed after TRL's pass and their rewards are NaN.
         pool = [(r, x, w) for c in candidates for r, x, w in zip(c["records"], c["inputs"], c["rewards"], strict=True)]
-        pad_rows_count = len(selection.padding) * k
-        padding = [pool[i % len(pool)] for i in range(pad_rows_count)]
+        padding = [pool[i % len(pool)] for i in range(selection.padding_rows)]
         all_records = [r for c in chosen for r in c["records"]] + [p[0] for p in padding]
         all_inputs = [x for c in chosen for x in c["inputs"]] + [p[1] for p in padding]
         rewards_rows = [c["rewards"] for c in chosen]
@@ -330,8 +350,10 @@ class DynamicSamplingMixin(GRPOTrainer):
             rewards_rows.append(torch.stack([p[2] for p in padding]))
         rewards_per_func = torch.cat(rewards_rows)
         pad_rows_all = torch.zeros(len(all_records), dtype=torch.bool, device=rewards_per_func.device)
-        pad_rows_all[len(all_records) - pad_rows_count :] = True
+        pad_rows_all[len(all_records) - selection.padding_rows :] = True
         rewards_per_func = rewards_per_func.masked_fill(pad_rows_all.unsqueeze(1), float("nan"))
+        sizes = [len(c["records"]) for c in chosen] + ([selection.padding_rows] if padding else [])
+        self._batch_group_ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
         mine = slice(rank * local_rows, (rank + 1) * local_rows)
         replay = _Replay(_generation_from_records(all_records[mine]), rewards_per_func)
         return all_inputs[mine], replay, pad_rows_all[mine]
@@ -369,7 +391,7 @@ class DynamicSamplingMixin(GRPOTrainer):
         metrics["sampling/readmitted_passed"].append(passed)
         metrics["sampling/registry_size"].append(len(self.filtered_registry))
 
-    def _log_sampling(self, candidates: list[dict], selection, rounds: int, needed: int, totals: dict) -> None:
+    def _log_sampling(self, candidates: list[dict], selection, rounds: int, total_rows: int, totals: dict) -> None:
         metrics = self._metrics["train"]
         chosen = set(selection.chosen)
         discarded = totals["discarded"] + sum(
@@ -380,7 +402,8 @@ class DynamicSamplingMixin(GRPOTrainer):
         metrics["sampling/frac_filtered"].append(sum(not c["keep"] for c in candidates) / n)
         metrics["sampling/frac_all_correct"].append(sum(c["all_correct"] for c in candidates) / n)
         metrics["sampling/frac_all_wrong"].append(sum(c["all_wrong"] for c in candidates) / n)
-        metrics["sampling/padded_fraction"].append(len(selection.padding) / needed)
+        metrics["sampling/padded_fraction"].append(selection.padding_rows / total_rows)
+        metrics["sampling/groups"].append(len(selection.chosen))
         surplus = selection.surplus + totals["surplus"]
         metrics["sampling/surplus_groups"].append(surplus)
         metrics["tokens/discarded"].append(discarded)
@@ -394,7 +417,7 @@ class DynamicSamplingMixin(GRPOTrainer):
                 metrics[f"probe/pass_rate_{v}_of_{probe}"].append(share)
         counters = self.sampling_counters
         counters["discarded_tokens"] += discarded
-        counters["padded_groups"] += len(selection.padding)
+        counters["padded_rows"] += selection.padding_rows
         counters["surplus_groups"] += surplus
         counters["rounds"] += rounds
 

@@ -78,28 +78,66 @@ class Selection:
     """Which candidate groups fill the batch (indices into the candidate list, in order)."""
 
     chosen: list[int]  # kept groups that fill the batch
-    padding: list[int]  # filtered groups used as zero-weight padding rows (cap reached)
-    surplus: int  # kept groups beyond the batch: discarded (never carried into a later step)
+    padding_rows: int  # rows left empty at the cap, filled with zero-weight padding
+    surplus: int  # kept groups that did not fit: discarded (never carried into a later step)
 
 
-def select_groups(keep: list[bool], needed: int, exhausted: bool) -> Selection:
-    """Fill ``needed`` groups with kept groups in candidate order; pad with filtered groups only if ``exhausted``.
+def select_groups(keep: list[bool], sizes: list[int], rows: int, exhausted: bool) -> Selection:
+    """Fill a batch of ``rows`` rows with kept groups in candidate order (group j has ``sizes[j]`` rows).
 
-    Surplus kept groups are discarded: carried into a later step they would be off-policy while the loss treats
-    them as on-policy.
+    A kept group that does not fit in the rows left is surplus and is discarded: carried into a later step it would
+    be off-policy while the loss treats it as on-policy. Rows left at the cap (``exhausted``) become zero-weight
+    padding; before the cap, leaving rows is an error.
     """
-    kept = [i for i, k in enumerate(keep) if k]
-    chosen = kept[:needed]
-    surplus = max(len(kept) - needed, 0)
-    padding: list[int] = []
-    if len(chosen) < needed:
-        if not exhausted:
-            raise ValueError("select_groups called before the batch could be filled and before the cap")
-        filtered = [i for i, k in enumerate(keep) if not k]
-        padding = filtered[: needed - len(chosen)]
-        if len(padding) < needed - len(chosen):
-            raise ValueError(f"not enough candidate groups to fill {needed} (have {len(keep)})")
-    return Selection(chosen=chosen, padding=padding, surplus=surplus)
+    chosen: list[int] = []
+    filled = surplus = 0
+    for j, (k, size) in enumerate(zip(keep, sizes, strict=True)):
+        if not k:
+            continue
+        if filled + size <= rows:
+            chosen.append(j)
+            filled += size
+        else:
+            surplus += 1
+    if filled < rows and not exhausted:
+        raise ValueError("select_groups called before the batch could be filled and before the cap")
+    return Selection(chosen=chosen, padding_rows=rows - filled, surplus=surplus)
+
+
+def allocate_group_sizes(pass_rates: list[float], rows: int, k_min: int, k_max: int) -> list[int]:
+    """Per-prompt group sizes for adaptive K (SPEC §3.1, "let K vary per prompt"), at a fixed row budget.
+
+    The most informative prompts first — informativeness p(1−p), the variance of a Bernoulli answer — each gets
+    ``k_min + (k_max − k_min)·4p(1−p)`` answers (rounded), and the last one takes what is left if that is at least
+    ``k_min``; rows too few for another group are spread over the groups already sized, up to ``k_max``. Returns one
+    size per prompt (0 = not continued); the sizes add up to at most ``rows`` (less only when the prompts run out).
+    """
+    if not 1 <= k_min <= k_max:
+        raise ValueError(f"need 1 <= k_min <= k_max, got {k_min}, {k_max}")
+    order = sorted(range(len(pass_rates)), key=lambda j: (-pass_rates[j] * (1 - pass_rates[j]), j))
+    sizes = [0] * len(pass_rates)
+    left = rows
+    for position, j in enumerate(order):
+        if left < k_min:
+            break
+        p = pass_rates[j]
+        size = min(round(k_min + (k_max - k_min) * 4 * p * (1 - p)), left)
+        if 0 < left - size < k_min:  # what would be left cannot make a group
+            more_prompts = position + 1 < len(order)
+            if more_prompts and left - k_min >= k_min:
+                size = min(left - k_min, k_max)  # leave exactly one minimal group for the next prompt
+            else:
+                size = min(left, k_max)  # take it now
+        sizes[j] = size
+        left -= size
+    for j in order:  # spread a remainder too small for a group over the groups already sized
+        if left == 0:
+            break
+        if sizes[j]:
+            extra = min(k_max - sizes[j], left)
+            sizes[j] += extra
+            left -= extra
+    return sizes
 
 
 def refill_prompt_count(

@@ -167,7 +167,10 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
         return rewards_per_func
 
     def group_ids(self, num_rows: int, num_generations: int, device: torch.device) -> torch.Tensor:
-        """Prompt-group id of each gathered row. TRL keeps each prompt's answers contiguous, so row // K."""
+        """Prompt-group id of each gathered row: the sampler's ids when it assembled the batch (groups may then
+        differ in size), else row // K (TRL keeps each prompt's K answers contiguous)."""
+        if self._batch_group_ids is not None and self._batch_group_ids.numel() == num_rows:
+            return self._batch_group_ids.to(device)
         return torch.arange(num_rows, device=device) // num_generations
 
     def _advantages(self, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
