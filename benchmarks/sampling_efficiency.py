@@ -8,7 +8,8 @@ length, so tokens count answers. Modes:
 
 * ``none``: no filter (degenerate groups reach the loss with zero weight);
 * ``dapo``: DAPO's dynamic sampling (K answers for every prompt, then drop degenerate groups, refill);
-* ``probe``: the two-stage probe (k=4 answers first, the other 4 only for prompts whose probe is mixed).
+* ``probe``: the two-stage probe (k=4 answers first, the other 4 only for prompts whose probe is mixed);
+* ``adapt``: the probe plus adaptive group sizes (4 to 16 answers by probe pass rate, same answers per batch).
 
 For each it prints generated tokens per valid group (a group that reached the loss with a comparison signal) and
 per effective training token (a token of an answer with a non-zero advantage); 1 generated token per effective
@@ -103,6 +104,7 @@ def run_mode(mode: str, population: Dataset, steps: int, groups: int, seed: int)
         "none": {},
         "dapo": {"dynamic_sampling": True},
         "probe": {"dynamic_sampling": True, "probe_generations": PROBE},
+        "adapt": {"dynamic_sampling": True, "probe_generations": PROBE, "adaptive_group_size": True},
     }
     with tempfile.TemporaryDirectory() as out:
         args = LooGspoConfig(
@@ -138,7 +140,7 @@ def run_mode(mode: str, population: Dataset, steps: int, groups: int, seed: int)
     if mode == "none":
         valid_groups = sum(h["groups/frac_with_signal"] * groups for h in logs)
     else:
-        valid_groups = sum((1 - h["sampling/padded_fraction"]) * groups for h in logs)
+        valid_groups = sum(h["sampling/groups"] for h in logs)  # groups with a signal that reached the loss
     generated = trainer.generated_tokens_total
     return {
         "generated": generated,
@@ -179,6 +181,7 @@ def main() -> None:
     for name, population, d_full, d_probe in populations:
         # analytic generated answers per valid group (equal-length answers)
         expected = {"none": K / (1 - d_full), "dapo": K / (1 - d_full), "probe": PROBE / (1 - d_probe) + K - PROBE}
+        expected["adapt"] = math.nan  # group sizes vary: compare per effective token
         results = {mode: run_mode(mode, population, cli.steps, cli.groups, cli.seed) for mode in expected}
         for mode, r in results.items():
             ratio = r["per_group"] / results["dapo"]["per_group"]
