@@ -152,13 +152,66 @@ def run_mode(mode: str, population: Dataset, steps: int, groups: int, seed: int)
     }
 
 
+def run_demo_policy(mode: str, steps: int, groups: int, seed: int) -> dict:
+    """The same accounting on the real tiny model of ``trl-loo-gspo demo`` (warm-started, cached) and its task."""
+    from trl_loo_gspo.demo.policy import PolicySpec, load_or_build_policy
+    from trl_loo_gspo.demo.task import AdditionTask, addition_reward
+
+    task = AdditionTask(seed=seed)
+    model, tokenizer, _ = load_or_build_policy(PolicySpec(task=task, seed=seed), log=lambda _: None)
+    train, _ = task.splits()
+    extra = {
+        "none": {},
+        "dapo": {"dynamic_sampling": True},
+        "probe": {"dynamic_sampling": True, "probe_generations": PROBE},
+        "adapt": {"dynamic_sampling": True, "probe_generations": PROBE, "adaptive_group_size": True},
+    }
+    with tempfile.TemporaryDirectory() as out:
+        args = LooGspoConfig(
+            output_dir=out,
+            use_cpu=True,
+            bf16=False,
+            report_to=[],
+            save_strategy="no",
+            logging_steps=1,
+            disable_tqdm=True,
+            seed=seed,
+            max_steps=steps,
+            per_device_train_batch_size=groups * K,
+            num_generations=K,
+            max_completion_length=task.digits + 2,
+            max_sampling_rounds=50,
+            learning_rate=1e-4,
+            **extra[mode],
+        )
+        trainer = LooGspoTrainer(
+            model=model, reward_funcs=[addition_reward], args=args, train_dataset=train, processing_class=tokenizer
+        )
+        trainer.remove_callback(PrinterCallback)
+        start = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - start
+    logs = [h for h in trainer.state.log_history if "tokens/generated" in h]
+    if mode == "none":
+        valid_groups = sum(h["groups/frac_with_signal"] * groups for h in logs)
+    else:
+        valid_groups = sum(h["sampling/groups"] for h in logs)
+    return {
+        "per_group": trainer.generated_tokens_total / max(valid_groups, 1e-9),
+        "per_effective": trainer.generated_tokens_total / max(trainer.effective_tokens_total, 1),
+        "degenerate": 1 - sum(h["groups/frac_with_signal"] for h in logs) / len(logs),
+        "seconds": seconds,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--groups", type=int, default=16, help="groups of K=8 per batch")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--degenerate", type=float, nargs="+", default=[0.3, 0.4, 0.5, 0.7])
-    parser.add_argument("--solved", type=float, nargs="+", default=[0.4, 0.6, 0.8], help="mixture populations")
+    parser.add_argument("--degenerate", type=float, nargs="*", default=[0.3, 0.4, 0.5, 0.7])
+    parser.add_argument("--solved", type=float, nargs="*", default=[0.4, 0.6, 0.8], help="mixture populations")
+    parser.add_argument("--demo-steps", type=int, default=30, help="steps on the demo's tiny model (0 = skip)")
     cli = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -190,6 +243,19 @@ def main() -> None:
                 f" {r['per_effective']:>14.2f} {ratio:>8.2f} {r['seconds']:>8.1f}"
             )
         print(f"{'':>10} {name}: degenerate with 4 answers {d_probe:.0%}, with 8 {d_full:.0%}")
+
+    if cli.demo_steps:
+        print(f"\nThe demo's warm-started tiny model on its addition task ({cli.demo_steps} steps, real sampling):")
+        demo = {
+            mode: run_demo_policy(mode, cli.demo_steps, cli.groups, cli.seed)
+            for mode in ("none", "dapo", "probe", "adapt")
+        }
+        for mode, r in demo.items():
+            ratio = r["per_group"] / demo["dapo"]["per_group"]
+            print(
+                f"{demo['none']['degenerate']:>10.0%} {mode:>6} {r['per_group']:>20.1f} {'':>9}"
+                f" {r['per_effective']:>14.2f} {ratio:>8.2f} {r['seconds']:>8.1f}"
+            )
 
 
 if __name__ == "__main__":

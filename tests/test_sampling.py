@@ -9,6 +9,7 @@ from trl_loo_gspo.sampling import (
     RefillSampler,
     allocate_group_sizes,
     budget_reached,
+    due_for_recheck,
     group_decisions,
     refill_prompt_count,
     select_groups,
@@ -113,3 +114,12 @@ def test_refill_sampler_excludes_and_never_loops_forever():
 
 def test_budget_accounting():
     assert not budget_reached(99, 100) and budget_reached(100, 100) and not budget_reached(10**9, None)
+
+
+def test_recheck_schedule():
+    registry = {7: {"step": 1}, 3: {"step": 2}, 9: {"step": 3}, 1: {"step": 4}}
+    assert due_for_recheck(registry, 4, 2, 10) == [3, 7]  # filtered at least 2 steps ago, lowest index first
+    assert due_for_recheck(registry, 4, 2, 1) == [3]  # at most `limit`
+    assert due_for_recheck(registry, 5, 2, 10) == []  # only every 2 steps
+    assert due_for_recheck(registry, 0, 2, 10) == [] and due_for_recheck(registry, 4, None, 10) == []
+    assert due_for_recheck(registry, 6, 3, 10) == [3, 7, 9]

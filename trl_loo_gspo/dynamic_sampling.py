@@ -26,6 +26,7 @@ from .sampling import (
     RefillSampler,
     allocate_group_sizes,
     budget_reached,
+    due_for_recheck,
     group_decisions,
     refill_prompt_count,
     select_groups,
@@ -361,11 +362,7 @@ class DynamicSamplingMixin(GRPOTrainer):
     def _readmit(self, needed: int) -> list[int]:
         """Every ``recheck_filtered_every`` steps, re-admit prompts filtered at least that many steps ago (at most
         one batch of them, lowest index first); they go through the probe when it is on (SPEC §3.1)."""
-        every = self.args.recheck_filtered_every
-        step = self.state.global_step
-        if every is None or step == 0 or step % every != 0:
-            return []
-        due = sorted(i for i, record in self.filtered_registry.items() if step - record["step"] >= every)[:needed]
+        due = due_for_recheck(self.filtered_registry, self.state.global_step, self.args.recheck_filtered_every, needed)
         for index in due:
             del self.filtered_registry[index]
         return due

@@ -209,6 +209,17 @@ class RefillSampler:
         self._order = self._permutation(self.epoch)
 
 
+def due_for_recheck(registry: dict[int, dict], step: int, every: int | None, limit: int) -> list[int]:
+    """Prompts to re-admit at ``step`` (SPEC §3.1: periodically re-check filtered prompts).
+
+    Every ``every`` steps (not at step 0), the prompts filtered at least ``every`` steps earlier, lowest dataset
+    index first, at most ``limit`` of them. ``registry`` maps dataset index → ``{"step": ..., ...}``.
+    """
+    if every is None or step == 0 or step % every != 0:
+        return []
+    return sorted(index for index, record in registry.items() if step - record["step"] >= every)[:limit]
+
+
 def budget_reached(tokens_used: int, budget: int | None) -> bool:
     """Whether a rollout-token budget is spent (every generated token counts; ``None`` means no budget)."""
     return budget is not None and tokens_used >= budget
