@@ -83,6 +83,54 @@ def mixture_degenerate(solved: float, k: int) -> float:
     return solved + (1 - solved) * moderate
 
 
+MODES = {
+    "none": {},
+    "dapo": {"dynamic_sampling": True},
+    "probe": {"dynamic_sampling": True, "probe_generations": PROBE},
+    "adapt": {"dynamic_sampling": True, "probe_generations": PROBE, "adaptive_group_size": True},
+}
+
+
+def mode_config(mode: str, out: str, steps: int, groups: int, seed: int, **overrides) -> LooGspoConfig:
+    """One sampling mode's config; everything else equal across modes."""
+    kwargs = dict(
+        output_dir=out,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=seed,
+        max_steps=steps,
+        per_device_train_batch_size=groups * K,
+        num_generations=K,
+        max_sampling_rounds=50,
+    )
+    kwargs.update(overrides)
+    return LooGspoConfig(**kwargs, **MODES[mode])
+
+
+def train_and_count(trainer: LooGspoTrainer, mode: str, groups: int) -> dict:
+    """Train, then generated tokens per valid group and per effective token."""
+    trainer.remove_callback(PrinterCallback)
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    logs = [h for h in trainer.state.log_history if "tokens/generated" in h]
+    if mode == "none":
+        valid_groups = sum(h["groups/frac_with_signal"] * groups for h in logs)
+    else:
+        valid_groups = sum(h["sampling/groups"] for h in logs)  # groups with a signal that reached the loss
+    generated = trainer.generated_tokens_total
+    return {
+        "per_group": generated / max(valid_groups, 1e-9),
+        "per_effective": generated / max(trainer.effective_tokens_total, 1),
+        "degenerate": 1 - sum(h["groups/frac_with_signal"] for h in logs) / len(logs),
+        "seconds": seconds,
+    }
+
+
 def run_mode(mode: str, population: Dataset, steps: int, groups: int, seed: int) -> dict:
     tokenizer = char_tokenizer()
     model = tiny_qwen2(tokenizer, hidden_size=32, num_hidden_layers=1, seed=seed)
@@ -100,56 +148,16 @@ def run_mode(mode: str, population: Dataset, steps: int, groups: int, seed: int)
     def bernoulli(completions, p, **_):
         return [float(rng.random() < pi) for pi in p]
 
-    extra = {
-        "none": {},
-        "dapo": {"dynamic_sampling": True},
-        "probe": {"dynamic_sampling": True, "probe_generations": PROBE},
-        "adapt": {"dynamic_sampling": True, "probe_generations": PROBE, "adaptive_group_size": True},
-    }
     with tempfile.TemporaryDirectory() as out:
-        args = LooGspoConfig(
-            output_dir=out,
-            use_cpu=True,
-            bf16=False,
-            report_to=[],
-            save_strategy="no",
-            logging_steps=1,
-            disable_tqdm=True,
-            seed=seed,
-            max_steps=steps,
-            per_device_train_batch_size=groups * K,
-            num_generations=K,
-            max_completion_length=LENGTH,
-            max_sampling_rounds=50,
-            learning_rate=1e-5,
-            **extra[mode],
-        )
         trainer = LooGspoTrainer(
             model=model,
             reward_funcs=[bernoulli],
-            args=args,
+            args=mode_config(mode, out, steps, groups, seed, max_completion_length=LENGTH, learning_rate=1e-5),
             train_dataset=population,
             processing_class=tokenizer,
             rollout_func=rollout,
         )
-        trainer.remove_callback(PrinterCallback)
-        start = time.perf_counter()
-        trainer.train()
-        seconds = time.perf_counter() - start
-    logs = [h for h in trainer.state.log_history if "tokens/generated" in h]
-    if mode == "none":
-        valid_groups = sum(h["groups/frac_with_signal"] * groups for h in logs)
-    else:
-        valid_groups = sum(h["sampling/groups"] for h in logs)  # groups with a signal that reached the loss
-    generated = trainer.generated_tokens_total
-    return {
-        "generated": generated,
-        "valid_groups": valid_groups,
-        "effective": trainer.effective_tokens_total,
-        "per_group": generated / max(valid_groups, 1e-9),
-        "per_effective": generated / max(trainer.effective_tokens_total, 1),
-        "seconds": seconds,
-    }
+        return train_and_count(trainer, mode, groups)
 
 
 def run_demo_policy(mode: str, steps: int, groups: int, seed: int) -> dict:
@@ -160,48 +168,12 @@ def run_demo_policy(mode: str, steps: int, groups: int, seed: int) -> dict:
     task = AdditionTask(seed=seed)
     model, tokenizer, _ = load_or_build_policy(PolicySpec(task=task, seed=seed), log=lambda _: None)
     train, _ = task.splits()
-    extra = {
-        "none": {},
-        "dapo": {"dynamic_sampling": True},
-        "probe": {"dynamic_sampling": True, "probe_generations": PROBE},
-        "adapt": {"dynamic_sampling": True, "probe_generations": PROBE, "adaptive_group_size": True},
-    }
     with tempfile.TemporaryDirectory() as out:
-        args = LooGspoConfig(
-            output_dir=out,
-            use_cpu=True,
-            bf16=False,
-            report_to=[],
-            save_strategy="no",
-            logging_steps=1,
-            disable_tqdm=True,
-            seed=seed,
-            max_steps=steps,
-            per_device_train_batch_size=groups * K,
-            num_generations=K,
-            max_completion_length=task.digits + 2,
-            max_sampling_rounds=50,
-            learning_rate=1e-4,
-            **extra[mode],
-        )
+        args = mode_config(mode, out, steps, groups, seed, max_completion_length=task.digits + 2, learning_rate=1e-4)
         trainer = LooGspoTrainer(
             model=model, reward_funcs=[addition_reward], args=args, train_dataset=train, processing_class=tokenizer
         )
-        trainer.remove_callback(PrinterCallback)
-        start = time.perf_counter()
-        trainer.train()
-        seconds = time.perf_counter() - start
-    logs = [h for h in trainer.state.log_history if "tokens/generated" in h]
-    if mode == "none":
-        valid_groups = sum(h["groups/frac_with_signal"] * groups for h in logs)
-    else:
-        valid_groups = sum(h["sampling/groups"] for h in logs)
-    return {
-        "per_group": trainer.generated_tokens_total / max(valid_groups, 1e-9),
-        "per_effective": trainer.generated_tokens_total / max(trainer.effective_tokens_total, 1),
-        "degenerate": 1 - sum(h["groups/frac_with_signal"] for h in logs) / len(logs),
-        "seconds": seconds,
-    }
+        return train_and_count(trainer, mode, groups)
 
 
 def main() -> None:
