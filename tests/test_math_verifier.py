@@ -1,0 +1,133 @@
+"""MathVerifier on math-verify: equivalent and non-equivalent final answers, garbage, huge completions."""
+
+import time
+
+import pytest
+
+from trl_loo_gspo.rewards import MathVerifier, VerifierResult
+
+pytest.importorskip("math_verify")
+
+FILLER = "Let us think step by step. " * 4000  # ~100 kB
+
+EQUIVALENT = [
+    ("$\\boxed{0.5}$", "\\frac{1}{2}"),
+    ("$\\boxed{\\frac{1}{2}}$", "0.5"),
+    ("The answer is $\\boxed{2}$.", "2"),
+    ("$\\boxed{\\boxed{3}}$", "3"),
+    ("$\\boxed{\\dfrac{3}{4}}$", "0.75"),
+    ("So $x = \\boxed{5}$", "5"),
+    ("$\\boxed{(1, 2]}$", "(1,2]"),
+    ("$\\boxed{[0, 1)}$", "[0,1)"),
+    ("$\\boxed{\\{1, 2, 3\\}}$", "\\{3,2,1\\}"),
+    ("$\\boxed{2\\sqrt{2}}$", "\\sqrt{8}"),
+    ("$\\boxed{10\\text{ cm}}$", "10"),
+    ("$\\boxed{-3}$", "-3"),
+    ("The final answer is $42$", "42"),
+    ("$\\boxed{x^2+2x+1}$", "(x+1)^2"),
+    ("$\\boxed{\\pi}$", "\\pi"),
+    ("$\\boxed{\\frac{\\pi}{2}}$", "\\pi/2"),
+    ("$\\boxed{1/3}$", "\\frac{1}{3}"),
+    ("$\\boxed{\\frac{2}{4}}$", "\\frac{1}{2}"),
+    ("$\\boxed{5 \\text{ apples}}$", "5"),
+    ("$\\boxed{0.333333}$", "\\frac{1}{3}"),
+    ("answer: $\\boxed{1000}$", "1000"),
+    ("We get $\\boxed{\\sqrt{2}/2}$", "\\frac{\\sqrt{2}}{2}"),
+    (FILLER + "Therefore the answer is $\\boxed{9}$.", "9"),
+]
+
+NOT_EQUIVALENT = [
+    ("$\\boxed{0.51}$", "\\frac{1}{2}"),
+    ("$\\boxed{(1,2)}$", "(1,2]"),
+    ("$\\boxed{\\{1,2\\}}$", "\\{1,2,3\\}"),
+    ("$\\boxed{3}$", "-3"),
+    ("$\\boxed{x^2}$", "x^3"),
+    ("$\\boxed{10}$", "100"),
+    ("The answer is $\\boxed{\\infty}$", "0"),
+    ("$\\boxed{2\\sqrt{3}}$", "\\sqrt{8}"),
+    ("$\\boxed{0.3333}$", "\\frac{1}{3}"),
+    ("$\\boxed{\\frac{1}{3}}$", "\\frac{1}{4}"),
+    ("$\\boxed{\\pi}$", "3.14"),
+    ("The answer is $\\boxed{7}$", "8"),
+]
+
+NO_ANSWER = ["", "I don't know.", "!!! ???", FILLER]
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    return MathVerifier()
+
+
+@pytest.mark.parametrize(("completion", "gold"), EQUIVALENT, ids=[f"eq{i}" for i in range(len(EQUIVALENT))])
+def test_equivalent_answers_score_1(verifier, completion, gold):
+    result = verifier.verify(completion, answer=gold)
+    assert result.score == 1.0 and result.status == "pass", result.details
+
+
+@pytest.mark.parametrize(("completion", "gold"), NOT_EQUIVALENT, ids=[f"ne{i}" for i in range(len(NOT_EQUIVALENT))])
+def test_non_equivalent_answers_score_0(verifier, completion, gold):
+    result = verifier.verify(completion, answer=gold)
+    assert result.score == 0.0 and result.status == "fail", result.details
+
+
+@pytest.mark.parametrize("completion", NO_ANSWER, ids=["empty", "words", "garbage", "100kB-filler"])
+def test_no_extractable_answer_scores_0_with_a_parse_failure(verifier, completion):
+    result = verifier.verify(completion, answer="5")
+    assert result.score == 0.0 and result.anomaly == "parse_failure"
+
+
+def test_a_100kB_completion_is_checked_quickly(verifier):
+    start = time.perf_counter()
+    result = verifier.verify(FILLER + "$\\boxed{12}$", answer="12")
+    assert result.score == 1.0 and result.details["truncated_input"] is True
+    assert time.perf_counter() - start < 30  # generous: the point is that it returns, not how fast
+
+
+@pytest.mark.parametrize("gold", [None, "", "   "])
+def test_missing_gold_answer_is_unscorable_not_zero(verifier, gold):
+    result = verifier.verify("$\\boxed{1}$", answer=gold)
+    assert result.score is None and result.anomaly == "parse_failure"
+
+
+def test_trl_reward_function_interface_plain_and_conversational(verifier):
+    scores = verifier(
+        prompts=["q1", "q2", "q3"],
+        completions=["$\\boxed{7}$", [{"role": "assistant", "content": "$\\boxed{8}$"}], "no idea"],
+        completion_ids=[[1], [2], [3]],
+        answer=["7", "7", "7"],
+        trainer_state=object(),
+    )
+    assert scores == [1.0, 0.0, 0.0]
+    assert [r.status for r in verifier.last_results] == ["pass", "fail", "fail"]
+    assert verifier.__name__ == "math" and verifier.describe()["version"].startswith("1+math-verify-")
+
+
+def test_exceptions_become_unscorable_and_anomalies_are_logged():
+    class Broken(MathVerifier):
+        def verify(self, completion, **columns):
+            raise RuntimeError("boom")
+
+    logged = {}
+    verifier = Broken()
+    scores = verifier(completions=["a", "b"], answer=["1", "1"], log_metric=lambda k, v: logged.__setitem__(k, v))
+    assert scores == [None, None]
+    assert (
+        verifier.last_results[0].anomaly == "verifier_exception"
+        and "boom" in verifier.last_results[0].details["error"]
+    )
+    assert logged["verifiers/math/anomaly/verifier_exception"] == 1.0
+    assert logged["verifiers/math/unscorable"] == 1.0
+    assert verifier.anomaly_counts["verifier_exception"] == 2
+
+
+def test_hack_score_flags_hedged_and_spammed_answers():
+    assert MathVerifier.hack_score("so $\\boxed{2}$") == 0.0
+    assert MathVerifier.hack_score("$\\boxed{2}$ or maybe $\\boxed{3}$") == 1.0
+    assert MathVerifier.hack_score("$\\boxed{2}$ again $\\boxed{ 2 }$") == 0.0  # the same answer twice
+    assert MathVerifier.hack_score("$\\boxed{2}$" * 5) == 1.0  # spam
+
+
+def test_result_rejects_unknown_anomaly_kinds():
+    with pytest.raises(ValueError):
+        VerifierResult(0.0, "fail", "oops")

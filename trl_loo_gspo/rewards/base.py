@@ -1,0 +1,114 @@
+"""The verifier contract shared by every verifier (SPEC §2.1, §5.2).
+
+A verifier scores one completion against the dataset's columns and returns a :class:`VerifierResult`. It is also
+a TRL reward function: ``verifier(prompts=..., completions=..., completion_ids=..., **columns) -> list[float | None]``.
+``None`` means *unscorable* (an infrastructure failure: timeout of the checker itself, sandbox failure, verifier
+exception) — never a silent 0 — and TRL keeps such a row out of the group baseline. A verifier never raises into the
+training loop: any exception becomes an unscorable result with the anomaly ``"verifier_exception"``.
+
+Anomalies are counted per kind and logged every step through TRL's ``log_metric`` (SPEC §5.2, "verification
+anomalies"), as fractions of the batch: ``verifiers/<name>/anomaly/<kind>`` and ``verifiers/<name>/unscorable``.
+"""
+
+from __future__ import annotations
+
+import traceback
+from abc import ABC, abstractmethod
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Anomaly kinds every verifier uses (SPEC §5.2). ``timeout``: the checked program or the checker ran out of time;
+#: ``sandbox_failure``: the sandbox could not run the check; ``parse_failure``: nothing to check could be extracted;
+#: ``verifier_exception``: the verifier itself failed.
+ANOMALY_KINDS = ("timeout", "sandbox_failure", "parse_failure", "verifier_exception")
+
+
+@dataclass
+class VerifierResult:
+    """The outcome of verifying one completion.
+
+    Attributes:
+        score: the reward, usually in [0, 1]; ``None`` when the completion could not be scored (infrastructure).
+        status: a short word: ``"pass"``, ``"fail"``, ``"partial"``, ``"unscorable"``, or a verifier-specific one.
+        anomaly: one of :data:`ANOMALY_KINDS`, or ``None``.
+        details: verifier-specific facts (per-test results, extracted answer, intermediate signals of §6, ...).
+    """
+
+    score: float | None
+    status: str
+    anomaly: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.anomaly is not None and self.anomaly not in ANOMALY_KINDS:
+            raise ValueError(f"unknown anomaly kind {self.anomaly!r}; expected one of {ANOMALY_KINDS}")
+
+
+def completion_text(completion: Any) -> str:
+    """The text of a completion: a plain string, or the content of the last message of a conversation."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        content = completion[-1].get("content", "")
+        if isinstance(content, list):  # typed content blocks
+            return "".join(block.get("text", "") for block in content if isinstance(block, dict))
+        return str(content)
+    return str(completion)
+
+
+class Verifier(ABC):
+    """Base class: implement :meth:`verify`; the rest (TRL adapter, safety net, anomaly metrics) is shared."""
+
+    #: A short identifier; also the reward function's name in TRL's logs.
+    name: str = "verifier"
+    #: Recorded with every experiment; bump it whenever the scoring rules change.
+    version: str = "0"
+
+    def __init__(self) -> None:
+        self.__name__ = self.name  # TRL names reward functions by __name__
+        self.anomaly_counts: Counter[str] = Counter()
+        self.last_results: list[VerifierResult] = []
+
+    @abstractmethod
+    def verify(self, completion: str, **columns: Any) -> VerifierResult:
+        """Score one completion (its text) against this row's dataset columns."""
+
+    def verify_batch(self, completions: list[str], columns: list[dict[str, Any]]) -> list[VerifierResult]:
+        """Score a batch; subclasses may parallelise. The default loops over :meth:`safe_verify`."""
+        return [self.safe_verify(text, **row) for text, row in zip(completions, columns, strict=True)]
+
+    def safe_verify(self, completion: str, **columns: Any) -> VerifierResult:
+        """:meth:`verify`, with any exception turned into an unscorable ``verifier_exception`` result."""
+        try:
+            return self.verify(completion, **columns)
+        except Exception as err:  # a verifier must never take the training run down
+            return VerifierResult(
+                None,
+                "unscorable",
+                "verifier_exception",
+                {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc(limit=5)},
+            )
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:
+        """TRL reward-function interface: dataset columns arrive as lists in ``kwargs``."""
+        completions = completions or []
+        n = len(completions)
+        log_metric = kwargs.pop("log_metric", None)
+        kwargs.pop("log_extra", None)
+        kwargs.pop("trainer_state", None)
+        per_row = {key: value for key, value in kwargs.items() if isinstance(value, list) and len(value) == n}
+        columns = [{key: value[i] for key, value in per_row.items()} for i in range(n)]
+        results = self.verify_batch([completion_text(c) for c in completions], columns)
+        self.last_results = results
+        kinds = Counter(r.anomaly for r in results if r.anomaly is not None)
+        self.anomaly_counts.update(kinds)
+        if log_metric is not None and n:
+            for kind in ANOMALY_KINDS:
+                log_metric(f"verifiers/{self.name}/anomaly/{kind}", kinds.get(kind, 0) / n)
+            log_metric(f"verifiers/{self.name}/unscorable", sum(r.score is None for r in results) / n)
+        return [r.score for r in results]
+
+    def describe(self) -> dict[str, str]:
+        """Name and version, for experiment registration."""
+        return {"name": self.name, "version": self.version, "class": type(self).__qualname__}
