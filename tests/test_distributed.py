@@ -3,6 +3,7 @@ batch: the loss denominator is one global token count across processes and accum
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,12 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def launch(model_dir: Path, out: Path, overrides: dict, processes: int, task: str = "parity") -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", TRL_EXPERIMENTAL_SILENCE="1", PYTHONPATH=str(ROOT))
     worker = [str(ROOT / "tests" / "dist_worker.py"), "--model-dir", str(model_dir), "--out", str(out)]
@@ -24,7 +31,7 @@ def launch(model_dir: Path, out: Path, overrides: dict, processes: int, task: st
     if processes > 1:
         # `accelerate launch --cpu --num_processes 2` silently runs ONE process; torchrun starts two.
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
-        cmd += ["--master_port", str(29500 + os.getpid() % 1000), *worker]
+        cmd += ["--master_port", str(_free_port()), *worker]
     else:
         cmd = [sys.executable, *worker]
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -86,3 +93,19 @@ def test_dynamic_sampling_with_a_group_split_across_processes(model_dir, tmp_pat
     assert max(v.abs().max().item() for v in single["delta"].values()) > 1e-3
     for name, expected in single["delta"].items():
         torch.testing.assert_close(dist["delta"][name], expected, rtol=0, atol=1e-5, msg=f"parameter {name}")
+
+
+def test_entropy_feedback_sees_the_same_global_entropy_and_k(model_dir, tmp_path):
+    """Ĥ is the token-weighted mean over all processes and micro-batches, not a mean of per-process means."""
+    feedback = dict(entropy_feedback=True, entropy_target=100.0, entropy_step=1e-3, entropy_k_max=2.5e-3, max_steps=3)
+    two = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=2, **feedback)
+    one = dict(per_device_train_batch_size=16, gradient_accumulation_steps=1, steps_per_generation=1, **feedback)
+    dist = launch(model_dir, tmp_path / "two.pt", two, processes=2)
+    single = launch(model_dir, tmp_path / "one.pt", one, processes=1)
+    logs_d = [h for h in dist["logs"] if "entropy_feedback/k" in h]
+    logs_s = [h for h in single["logs"] if "entropy_feedback/k" in h]
+    assert len(logs_d) == len(logs_s) == 3
+    for a, b in zip(logs_d, logs_s, strict=True):
+        assert abs(a["entropy_feedback/entropy"] - b["entropy_feedback/entropy"]) < 1e-5
+        assert a["entropy_feedback/k"] == pytest.approx(b["entropy_feedback/k"])
+    assert logs_s[-1]["entropy_feedback/k"] > 0

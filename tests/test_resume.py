@@ -15,6 +15,8 @@ KEYS = (
     "sampling/frac_filtered",
     "sampling/readmitted",
     "sampling/registry_size",
+    "entropy_feedback/k",
+    "entropy_feedback/epsilon_high",
     "tokens/generated",
     "tokens/generated_total",
 )
@@ -28,6 +30,9 @@ def trainer_for(tmp_path, **overrides):
         per_device_train_batch_size=8,
         dynamic_sampling=True,
         recheck_filtered_every=2,  # the registry of filtered prompts is part of the checkpoint
+        entropy_feedback=True,  # and so is the entropy controller's state
+        entropy_target=100.0,
+        entropy_step=1e-4,
         max_steps=6,
         save_strategy="steps",
         save_steps=3,
@@ -60,6 +65,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     assert resumed._refill.state_dict() == full._refill.state_dict()
     assert resumed.sampling_counters == full.sampling_counters
     assert resumed.filtered_registry == full.filtered_registry
+    assert resumed.entropy_state == full.entropy_state and resumed.epsilon_high == full.epsilon_high
     assert max(h["sampling/rounds"] for h in steps(full, 4, 6)) > 1  # the refill sampler was exercised after resume
 
 

@@ -163,6 +163,40 @@ class LooGspoConfig(GRPOConfig):
         },
     )
 
+    # Entropy feedback on the upper clip bound (SPEC §5.1).
+    entropy_feedback: bool = field(
+        default=False,
+        metadata={
+            "help": "SPEC §5.1: a bounded integral controller moves the upper clip bound: effective epsilon_high = "
+            "epsilon_high + k, k in [0, entropy_k_max]; each optimizer step k += entropy_step * sign(H* - H), with H "
+            "the global token-weighted mean entropy of the step's valid completion tokens."
+        },
+    )
+    entropy_target: float | None = field(
+        default=None,
+        metadata={
+            "help": "H* (nats per token). None = calibrate: the mean entropy of the first entropy_calibration_steps "
+            "optimizer steps (k stays at its initial value meanwhile)."
+        },
+    )
+    entropy_calibration_steps: int = field(
+        default=5, metadata={"help": "Optimizer steps averaged to set H* when entropy_target is None."}
+    )
+    entropy_step: float = field(
+        default=5e-5, metadata={"help": "Controller step δ added to or removed from k per optimizer step (>= 0)."}
+    )
+    entropy_k_max: float = field(
+        default=4e-4, metadata={"help": "Upper bound of k: epsilon_high can widen to epsilon_high + entropy_k_max."}
+    )
+    entropy_k_init: float = field(default=0.0, metadata={"help": "Initial k, in [0, entropy_k_max]."})
+    entropy_ema: float = field(
+        default=0.0,
+        metadata={"help": "EMA weight of the entropy estimate, in [0, 1): 0 = react to each step's entropy."},
+    )
+    entropy_dead_band: float = field(
+        default=0.0, metadata={"help": "No change of k while |H* - H| <= this (nats per token)."}
+    )
+
     # Changed TRL defaults (GSPO scale, sequence-level ratio, no std scaling, our loss).
     epsilon: float = field(
         default=3e-4,
@@ -253,12 +287,23 @@ class LooGspoConfig(GRPOConfig):
                 "spec controls exploration through the clip bound, not an entropy bonus. Set entropy_coef=0.0 and "
                 "use_adaptive_entropy=False."
             )
+        if self.entropy_feedback:
+            if self.entropy_step < 0 or self.entropy_k_max < 0 or self.entropy_dead_band < 0:
+                raise ValueError("entropy_step, entropy_k_max and entropy_dead_band must be >= 0.")
+            if not 0.0 <= self.entropy_k_init <= self.entropy_k_max:
+                raise ValueError(f"entropy_k_init must be in [0, entropy_k_max={self.entropy_k_max}].")
+            if not 0.0 <= self.entropy_ema < 1.0:
+                raise ValueError(f"entropy_ema must be in [0, 1), got {self.entropy_ema}.")
+            if self.entropy_calibration_steps < 1:
+                raise ValueError("entropy_calibration_steps must be >= 1.")
+        widening = self.entropy_k_max if self.entropy_feedback else 0.0
         if self.log_ratio_clamp is not None:
-            widest = max(math.log1p(self.epsilon_high), -math.log1p(-self.epsilon))
+            widest = max(math.log1p(self.epsilon_high + widening), -math.log1p(-self.epsilon))
             if not self.log_ratio_clamp > widest:
                 raise ValueError(
                     f"log_ratio_clamp={self.log_ratio_clamp} must be wider than the clip range in the log domain "
-                    f"(> {widest:.6g} = max(log(1+epsilon_high), -log(1-epsilon))), otherwise the guard would clip "
+                    f"(> {widest:.6g} = max(log(1+epsilon_high+k_max), -log(1-epsilon)), k_max = entropy_k_max when "
+                    "entropy_feedback is on), otherwise the guard would clip "
                     "inside the clip range. Use a wide value such as 1.0, or None to disable."
                 )
         if self.group_filter not in GROUP_FILTERS:

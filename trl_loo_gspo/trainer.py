@@ -29,6 +29,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from . import core
 from .config import LooGspoConfig
+from .controllers import EntropyControllerState, entropy_controller_step
 from .dynamic_sampling import DynamicSamplingMixin, generated_per_effective
 
 _STATE_FILE = "loo_gspo_state.json"
@@ -132,6 +133,13 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
         self.generated_tokens_total = 0
         self.effective_tokens_total = 0
         self._init_sampling()
+        # Entropy feedback on ε_high (SPEC §5.1): state k, target H* (possibly calibrated from the first steps).
+        self._base_epsilon_high = self.epsilon_high
+        self.entropy_state = EntropyControllerState(k=args.entropy_k_init if args.entropy_feedback else 0.0)
+        self.entropy_target = args.entropy_target
+        self._entropy_calibration: list[float] = []
+        if args.entropy_feedback:
+            self.epsilon_high = self._base_epsilon_high + self.entropy_state.k
         self.add_callback(_RolloutTokenBudget(self))
 
     # ------------------------------------------------------------------ setup checks
@@ -320,10 +328,37 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
             # The Trainer adds each micro-batch's returned loss to its running total: correct the step's sum.
             loss = loss + (factor - 1.0) * self._step_loss_sum
         self._log_loss_stats("train", stats, extrema)
+        if self.args.entropy_feedback:
+            self._update_entropy_feedback(float(stats[_IDX["entropy_sum"]]) / max(float(stats[_IDX["tokens"]]), 1.0))
         self._metrics["train"]["tokens/loss_denominator"].append(true_denominator)
         self._metrics["train"]["timing/update_s"].append(self._step_update_time)
         self._micro_in_step = 0
         return loss
+
+    def _update_entropy_feedback(self, entropy: float) -> None:
+        """After an optimizer step: move k (SPEC §5.1) and set the effective ε_high of the next step."""
+        args = self.args
+        if self.entropy_target is None:  # calibration: H* = the mean entropy of the first steps
+            self._entropy_calibration.append(entropy)
+            if len(self._entropy_calibration) >= args.entropy_calibration_steps:
+                self.entropy_target = sum(self._entropy_calibration) / len(self._entropy_calibration)
+        else:
+            self.entropy_state = entropy_controller_step(
+                self.entropy_state,
+                entropy,
+                self.entropy_target,
+                args.entropy_step,
+                args.entropy_k_max,
+                args.entropy_ema,
+                args.entropy_dead_band,
+            )
+        self.epsilon_high = self._base_epsilon_high + self.entropy_state.k
+        metrics = self._metrics["train"]
+        metrics["entropy_feedback/entropy"].append(entropy)
+        metrics["entropy_feedback/k"].append(self.entropy_state.k)
+        metrics["entropy_feedback/epsilon_high"].append(self.epsilon_high)
+        if self.entropy_target is not None:
+            metrics["entropy_feedback/target"].append(self.entropy_target)
 
     def _log_loss_stats(self, mode: str, stats: torch.Tensor, extrema: torch.Tensor) -> None:
         s = {name: float(stats[i]) for name, i in _IDX.items()}
@@ -464,6 +499,11 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
                         "sampling_counters": self.sampling_counters,
                         "refill_sampler": None if self._refill is None else self._refill.state_dict(),
                         "filtered_registry": self.filtered_registry,
+                        "entropy_feedback": {
+                            "state": self.entropy_state.to_dict(),
+                            "target": self.entropy_target,
+                            "calibration": self._entropy_calibration,
+                        },
                     },
                     f,
                 )
@@ -478,6 +518,13 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
                 self.generated_tokens_total = int(state["generated_tokens_total"])
                 self.effective_tokens_total = int(state["effective_tokens_total"])
                 self.sampling_counters.update(state.get("sampling_counters", {}))
+                feedback = state.get("entropy_feedback")
+                if feedback is not None:
+                    self.entropy_state = EntropyControllerState.from_dict(feedback["state"])
+                    self.entropy_target = feedback["target"]
+                    self._entropy_calibration = list(feedback["calibration"])
+                    if self.args.entropy_feedback:
+                        self.epsilon_high = self._base_epsilon_high + self.entropy_state.k
                 registry = state.get("filtered_registry") or {}
                 self.filtered_registry = {int(index): record for index, record in registry.items()}
                 if self._refill is not None and state.get("refill_sampler") is not None:
