@@ -1,10 +1,22 @@
 """Verifiers (math, sandboxed code, Coq proofs) and reward shaping (SPEC §2.1).
 
-Public names: :class:`VerifierResult`, :class:`Verifier`, :class:`MathVerifier`, and — as they land —
-``CodeVerifier`` and ``CoqVerifier``. Every verifier is a TRL reward function.
+Public names: :class:`VerifierResult`, :class:`Verifier`, :class:`MathVerifier`, :class:`CoqVerifier` (with the
+:class:`ProofBackend` interface, :class:`CoqBackend` and :class:`LeanBackend`), and ``CodeVerifier`` as it lands.
+Every verifier is a TRL reward function.
 """
 
 from .base import ANOMALY_KINDS, Verifier, VerifierResult, completion_text
 from .math import MathVerifier
+from .proofs import CoqBackend, CoqVerifier, LeanBackend, ProofBackend
 
-__all__ = ["ANOMALY_KINDS", "MathVerifier", "Verifier", "VerifierResult", "completion_text"]
+__all__ = [
+    "ANOMALY_KINDS",
+    "CoqBackend",
+    "CoqVerifier",
+    "LeanBackend",
+    "MathVerifier",
+    "ProofBackend",
+    "Verifier",
+    "VerifierResult",
+    "completion_text",
+]
