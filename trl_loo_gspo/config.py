@@ -197,6 +197,15 @@ class LooGspoConfig(GRPOConfig):
         default=0.0, metadata={"help": "No change of k while |H* - H| <= this (nats per token)."}
     )
 
+    reference_kl_logging_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "With beta = 0, measure KL(policy || reference) every N optimizer steps anyway (SPEC §5.2 asks to "
+            "record it) and log it as `kl`: two extra forward passes on that step's batch; the reference is the "
+            "disabled PEFT adapter for LoRA runs, else a frozen copy of the initial model (its memory). None = off."
+        },
+    )
+
     # Changed TRL defaults (GSPO scale, sequence-level ratio, no std scaling, our loss).
     epsilon: float = field(
         default=3e-4,
@@ -296,6 +305,8 @@ class LooGspoConfig(GRPOConfig):
                 raise ValueError(f"entropy_ema must be in [0, 1), got {self.entropy_ema}.")
             if self.entropy_calibration_steps < 1:
                 raise ValueError("entropy_calibration_steps must be >= 1.")
+        if self.reference_kl_logging_steps is not None and self.reference_kl_logging_steps < 1:
+            raise ValueError(f"reference_kl_logging_steps must be >= 1, got {self.reference_kl_logging_steps}.")
         widening = self.entropy_k_max if self.entropy_feedback else 0.0
         if self.log_ratio_clamp is not None:
             widest = max(math.log1p(self.epsilon_high + widening), -math.log1p(-self.epsilon))

@@ -15,6 +15,7 @@ reasons, in ``docs/trl-compatibility.md``):
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -22,10 +23,11 @@ import time
 from typing import Any
 
 import torch
-from accelerate.utils import DistributedType
+from accelerate.utils import DistributedType, is_peft_model
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import use_adapter
 
 from . import core
 from .config import LooGspoConfig
@@ -133,6 +135,7 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
         self.generated_tokens_total = 0
         self.effective_tokens_total = 0
         self._init_sampling()
+        self._kl_ref_model = self._reference_for_kl_logging()
         # Entropy feedback on ε_high (SPEC §5.1): state k, target H* (possibly calibrated from the first steps).
         self._base_epsilon_high = self.epsilon_high
         self.entropy_state = EntropyControllerState(k=args.entropy_k_init if args.entropy_feedback else 0.0)
@@ -147,6 +150,43 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
         """Whether one optimizer step can use micro-batches from more than one generation round."""
         rounds = self.args.steps_per_generation * self.num_iterations
         return rounds % self.args.gradient_accumulation_steps != 0
+
+    def _reference_for_kl_logging(self):
+        """A frozen copy of the initial policy for ``reference_kl_logging_steps`` when TRL built no reference (β = 0,
+        no PEFT adapter to disable); ``None`` when not needed."""
+        if self.args.reference_kl_logging_steps is None or self.beta != 0.0 or is_peft_model(self.model):
+            return None
+        if self.accelerator.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
+            raise ValueError(
+                "reference_kl_logging_steps with beta=0 needs a frozen copy of the model, which is not supported "
+                "with DeepSpeed or FSDP sharding here: use LoRA (the reference is the disabled adapter) or beta > 0."
+            )
+        reference = copy.deepcopy(self.accelerator.unwrap_model(self.model)).eval()
+        reference.requires_grad_(False)
+        return reference
+
+    def _log_reference_kl(self, output: dict) -> None:
+        """Every ``reference_kl_logging_steps`` steps with β = 0: the global token-weighted k3 KL to the reference."""
+        every = self.args.reference_kl_logging_steps
+        if every is None or self.beta != 0.0 or self.state.global_step % every != 0:
+            return
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        keep, batch = output["completion_ids"].size(1), self.args.per_device_train_batch_size
+        with torch.no_grad():
+            logps = output.get("old_per_token_logps")
+            if logps is None:
+                logps, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, attention, keep, batch)
+            if self._kl_ref_model is not None:
+                ref, _, _ = self._get_per_token_logps_and_entropies(self._kl_ref_model, ids, attention, keep, batch)
+            else:  # PEFT: the base model is the policy with its adapter disabled (TRL's own reference)
+                unwrapped = self.accelerator.unwrap_model(self.model)
+                with use_adapter(unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None):
+                    ref, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, attention, keep, batch)
+        mask = self._loss_mask(output).to(logps.dtype)
+        totals = torch.stack([(core.k3_kl(logps, ref) * mask).sum(), mask.sum()]).to(torch.float64)
+        total, count = self.accelerator.reduce(totals, reduction="sum").tolist()
+        self._metrics["train"]["kl"].append(total / max(count, 1.0))
 
     def _check_runtime_support(self) -> None:
         if not self._spans_generation_rounds():
@@ -238,6 +278,8 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
             metrics["tokens/effective_total"] = [float(self.effective_tokens_total)]
             ratio = generated_per_effective(self.generated_tokens_total, self.effective_tokens_total)
             metrics["tokens/generated_per_effective"] = [ratio]
+        if mode == "train":
+            self._log_reference_kl(output)
         elapsed = time.perf_counter() - start
         self._generation_time += elapsed
         metrics["timing/generate_score_s"].append(elapsed)
