@@ -1,16 +1,19 @@
 """Verifiers (math, sandboxed code, Coq proofs) and reward shaping (SPEC §2.1).
 
 Public names: :class:`VerifierResult`, :class:`Verifier`, :class:`MathVerifier`, :class:`CoqVerifier` (with the
-:class:`ProofBackend` interface, :class:`CoqBackend` and :class:`LeanBackend`), and ``CodeVerifier`` as it lands.
+:class:`ProofBackend` interface, :class:`CoqBackend` and :class:`LeanBackend`) and :class:`CodeVerifier` (Python
+in a bubblewrap sandbox).
 Every verifier is a TRL reward function.
 """
 
 from .base import ANOMALY_KINDS, Verifier, VerifierResult, completion_text
+from .code import CodeVerifier
 from .math import MathVerifier
 from .proofs import CoqBackend, CoqVerifier, LeanBackend, ProofBackend
 
 __all__ = [
     "ANOMALY_KINDS",
+    "CodeVerifier",
     "CoqBackend",
     "CoqVerifier",
     "LeanBackend",

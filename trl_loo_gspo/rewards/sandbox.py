@@ -1,0 +1,444 @@
+"""Run untrusted Python in a bubblewrap sandbox with rlimits, a wall-clock timeout and output caps (SPEC §2.1).
+
+How one run works
+-----------------
+The host starts ``bwrap`` in a new session (its own process group) with:
+
+* namespaces: network, PID, IPC, UTS (and cgroup where available) are unshared — no network at all, and the sandbox
+  has its own PID 1, so when the run ends every process inside (daemons included) is killed by the kernel;
+  ``--die-with-parent`` ties the sandbox to the verifier process and ``--new-session`` stops TIOCSTI tricks;
+* a filesystem made of read-only binds of ``/usr``, ``/lib*``, ``/bin``, ``/etc/ld.so.cache`` and the Python prefix
+  (``sys.base_prefix``) only — no home directory, no repository, no ``/etc`` secrets — plus a private size-capped
+  tmpfs ``/sandbox`` (the working directory) and a private ``/tmp`` tmpfs, ``/proc`` of the new PID namespace and a
+  minimal ``/dev``; bwrap mounts everything ``nosuid`` and sets ``no_new_privs``;
+* ``--clearenv`` and a minimal environment (``PATH``, ``LANG``, ``HOME=/sandbox``, ``PYTHONHASHSEED=0``), so no
+  secret of the trainer's environment reaches the program; the interpreter runs with ``-I -S`` (isolated, no site);
+* rlimits — ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE=0`` and
+  ``RLIMIT_NPROC`` — set by the trusted runner (the "tiny wrapper") inside the sandbox as its first act, before any
+  untrusted code runs, and inherited by everything the program starts. Not in a ``preexec_fn``: that forces
+  ``fork()`` of the (large) trainer process instead of ``vfork()``, which cost ~4× throughput, and ``RLIMIT_NPROC``
+  must be set inside the namespace anyway (see below). ``bwrap`` itself runs without them (it is trusted);
+* a wall-clock timeout after which the whole process group is SIGKILLed (``os.killpg``), and stdout/stderr/result
+  streams read incrementally with a byte cap: a run that exceeds the cap is killed, memory never grows past it.
+
+``RLIMIT_NPROC`` and root
+-------------------------
+``RLIMIT_NPROC`` counts the processes of a *real user id* host-wide, and the kernel does not enforce it at all for
+uid 0 (or any process with ``CAP_SYS_RESOURCE``/``CAP_SYS_ADMIN``). Hence:
+
+* when the verifier runs as **root**, no user namespace is created; bwrap keeps only ``CAP_SETUID``/``CAP_SETGID``
+  and the runner, before any untrusted code runs, sets ``RLIMIT_NPROC`` and drops to an unprivileged uid/gid that is
+  unique to its worker slot (so a fork bomb in one slot cannot starve the others, and the cap cannot be bypassed).
+  It checks that its effective capability set is empty afterwards and refuses to continue otherwise;
+* when the verifier runs as an **ordinary user**, bwrap creates a user namespace (``--unshare-all``); the runner sets
+  ``RLIMIT_NPROC`` *inside* it, where (Linux ≥ 5.14) the count is per user namespace, so the trainer's own
+  processes and threads do not count against the sandbox's budget.
+
+The result channel
+------------------
+Configuration (program, tests, a fresh random nonce) reaches the runner through an inherited file descriptor that
+it reads and closes before running anything untrusted; results go back through a second inherited pipe, each line
+tagged with the nonce. See :mod:`trl_loo_gspo.rewards.code` for how the verifier uses it and the residual risk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+BWRAP_MISSING = (
+    "bubblewrap (bwrap) is required to run untrusted code; install it: apt-get install bubblewrap (Debian/Ubuntu) "
+    "— or pass allow_unsandboxed=True to run with rlimits and a timeout only (NOT safe for untrusted code)"
+)
+
+#: The trusted part of every run. It runs as ``python -I -S -c RUNNER <cfg_fd> <res_fd>`` and must only use the
+#: standard library. It reads its configuration, drops privileges, then runs the program (mode ``tests``: in
+#: process, followed by each assert; mode ``io``: ``exec`` of a fresh interpreter on the program, stdin redirected).
+RUNNER = r"""
+import os, sys, json, resource
+def _main():
+    _write, _exec, _compile, _exit, _repr = os.write, exec, compile, os._exit, repr
+    _BaseException, _type, _str, _len = BaseException, type, str, len
+    cfg_fd, res_fd = int(sys.argv[1]), int(sys.argv[2])
+    with os.fdopen(cfg_fd, "rb") as f:
+        cfg = json.loads(f.read())
+    nonce, workdir = cfg["nonce"], cfg["workdir"]
+    os.chdir(workdir)
+    def emit(*parts):
+        line = " ".join([nonce, *[_str(p).replace("\n", " ")[:300] for p in parts]]) + "\n"
+        _write(res_fd, line.encode())
+    if cfg["mode"] == "io":
+        with open(".stdin", "wb") as f:
+            f.write(cfg["stdin"].encode())
+        fd = os.open(".stdin", os.O_RDONLY)
+        os.dup2(fd, 0)
+        os.close(fd)
+        os.unlink(".stdin")
+        with open("main.py", "w") as f:
+            f.write(cfg["program"])
+        os.chmod("main.py", 0o444)
+    if cfg.get("chmod_workdir"):
+        os.chmod(workdir, 0o1777)
+    for name, soft, hard in cfg["rlimits"]:
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    uid = cfg.get("uid")
+    if uid is not None and os.getuid() == 0:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        with open("/proc/self/status") as f:
+            caps = [l.split()[1] for l in f if l.startswith(("CapEff:", "CapPrm:", "CapAmb:"))]
+        if os.getuid() != uid or any(int(c, 16) for c in caps):
+            emit("ERROR", "privileges-not-dropped")
+            _exit(3)
+    if cfg.get("nproc"):
+        n = cfg["nproc"]
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+    emit("READY")
+    if cfg["mode"] == "io":
+        os.close(res_fd)
+        os.execv(sys.executable, [sys.executable, "-I", "-S", "main.py"])
+    import types
+    main = types.ModuleType("__main__")
+    main.__file__ = os.path.join(workdir, "main.py")
+    sys.modules["__main__"] = main
+    ns = main.__dict__
+    tests = cfg["tests"]
+    program = cfg["program"]
+    del cfg
+    try:
+        _exec(_compile(program, "main.py", "exec"), ns)
+    except _BaseException as err:
+        emit("PROGRAM_ERROR", _type(err).__name__)
+        sys.stdout.flush()
+        _exit(0)
+    for i, test in enumerate(tests):
+        try:
+            _exec(_compile(test, "<test %d>" % i, "exec"), ns)
+        except _BaseException as err:
+            emit("TEST", i, "FAIL", _type(err).__name__)
+        else:
+            emit("TEST", i, "PASS", "-")
+    emit("DONE", _len(tests))
+    try:
+        sys.__stdout__.flush()
+        sys.__stderr__.flush()
+    except _BaseException:
+        pass
+    _exit(0)
+_main()
+"""
+
+
+@dataclass
+class SandboxLimits:
+    """Resource limits of one run. Defaults suit small competitive-programming style programs."""
+
+    wall_timeout_s: float = 10.0  #: wall clock, whole run; then SIGKILL to the process group
+    cpu_time_s: int = 10  #: RLIMIT_CPU (SIGXCPU at the soft limit, SIGKILL one second later)
+    memory_bytes: int = 1 << 30  #: RLIMIT_AS per process
+    max_processes: int = 32  #: RLIMIT_NPROC (inside the sandbox; see the module docstring)
+    file_size_bytes: int = 16 << 20  #: RLIMIT_FSIZE: the largest file a process may write
+    open_files: int = 64  #: RLIMIT_NOFILE
+    tmpfs_bytes: int = 64 << 20  #: size of each of /sandbox and /tmp (tmpfs: RAM)
+    output_bytes: int = 1 << 20  #: cap on each captured stream; exceeding it kills the run
+
+
+@dataclass
+class SandboxRun:
+    """What came back from one run.
+
+    ``limit_hit`` names the first limit that ended the run, if known: ``"wall_timeout"``, ``"output"``, ``"cpu"``
+    (SIGXCPU/SIGKILL after CPU time), ``"memory"`` (``MemoryError`` on stderr), ``"killed"`` (another signal).
+    """
+
+    returncode: int | None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    channel: bytes = b""
+    timed_out: bool = False
+    output_exceeded: bool = False
+    wall_s: float = 0.0
+    error: str | None = None  #: the sandbox could not be started
+    limit_hit: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _python_paths() -> tuple[str, str]:
+    """(interpreter to run inside, prefix to bind read-only)."""
+    prefix = os.path.realpath(sys.base_prefix)
+    exe = os.path.realpath(sys.executable)
+    if not exe.startswith(prefix + os.sep) and not exe.startswith("/usr/"):
+        major, minor = sys.version_info[:2]
+        for name in (f"python{major}.{minor}", f"python{major}", "python"):
+            cand = os.path.join(prefix, "bin", name)
+            if os.path.exists(cand):
+                exe = os.path.realpath(cand)
+                break
+    return exe, prefix
+
+
+class Sandbox:
+    """Runs the trusted runner (and through it the untrusted program) under bwrap, rlimits and a timeout.
+
+    Args:
+        limits: resource limits of each run.
+        allow_unsandboxed: if bwrap is missing, run with rlimits and a timeout only (loud warning) instead of
+            raising. Never use this for untrusted code.
+        use_bwrap: ``False`` forces the unsandboxed mode (benchmarks only).
+        slots: how many runs may be in flight at once (each gets its own unprivileged uid when running as root).
+    """
+
+    _warned = False
+
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        *,
+        allow_unsandboxed: bool = False,
+        use_bwrap: bool = True,
+        slots: int = 64,
+    ) -> None:
+        self.limits = limits or SandboxLimits()
+        self.bwrap = shutil.which("bwrap") if use_bwrap else None
+        if self.bwrap is None and use_bwrap and not allow_unsandboxed:
+            raise RuntimeError(BWRAP_MISSING)
+        if self.bwrap is None:
+            self._warn_unsandboxed()
+        self.python, self.prefix = _python_paths()
+        self.is_root = os.geteuid() == 0
+        base = 0x10000 + (os.getpid() % 4096) * 256
+        self._uids: queue.Queue[int] = queue.Queue()
+        for i in range(max(1, min(slots, 256))):
+            self._uids.put(base + i)
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether runs go through bwrap."""
+        return self.bwrap is not None
+
+    @classmethod
+    def _warn_unsandboxed(cls) -> None:
+        if not cls._warned:
+            cls._warned = True
+            msg = (
+                "!!! trl_loo_gspo CodeVerifier runs model-written code WITHOUT a sandbox (bwrap missing or disabled):"
+                " only rlimits and a timeout protect this machine, the network, the home directory and the"
+                " environment. Install bubblewrap (apt-get install bubblewrap) for real training. !!!"
+            )
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            print(msg, file=sys.stderr, flush=True)
+
+    # -- command lines ---------------------------------------------------------------------------------------
+
+    def _bwrap_argv(self) -> list[str]:
+        lim = self.limits
+        argv = [self.bwrap or "bwrap"]
+        if self.is_root:  # no user namespace: the runner drops to an unprivileged uid (RLIMIT_NPROC works)
+            argv += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+            argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            argv += ["--unshare-all"]
+        argv += ["--die-with-parent", "--new-session"]
+        for path in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(path):
+                argv += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                argv += ["--ro-bind", path, path]
+        argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+        if not self.prefix.startswith("/usr/") and self.prefix != "/usr":
+            # traversable empty ancestors (e.g. /root is 0700 on the host; inside only the prefix is visible)
+            parts = self.prefix.strip("/").split("/")[:-1]
+            for depth in range(1, len(parts) + 1):
+                argv += ["--perms", "0755", "--dir", "/" + "/".join(parts[:depth])]
+            argv += ["--ro-bind", self.prefix, self.prefix]
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        argv += ["--size", str(lim.tmpfs_bytes), "--tmpfs", "/tmp"]
+        argv += ["--size", str(lim.tmpfs_bytes), "--tmpfs", "/sandbox", "--chdir", "/sandbox"]
+        argv += ["--clearenv"]
+        for key, value in self._env().items():
+            argv += ["--setenv", key, value]
+        return argv
+
+    @staticmethod
+    def _env() -> dict[str, str]:
+        return {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": "/sandbox",
+            "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONIOENCODING": "utf-8",
+        }
+
+    def _rlimits(self) -> list[tuple[str, int, int]]:
+        """Set by the runner first thing, before any untrusted code (see the module docstring)."""
+        lim = self.limits
+        return [
+            ("RLIMIT_CPU", lim.cpu_time_s, lim.cpu_time_s + 1),
+            ("RLIMIT_AS", lim.memory_bytes, lim.memory_bytes),
+            ("RLIMIT_FSIZE", lim.file_size_bytes, lim.file_size_bytes),
+            ("RLIMIT_NOFILE", lim.open_files, lim.open_files),
+            ("RLIMIT_CORE", 0, 0),
+        ]
+
+    # -- one run ---------------------------------------------------------------------------------------------
+
+    def run(self, config: dict[str, Any]) -> SandboxRun:
+        """Run the runner with ``config`` (mode, program, tests or stdin, nonce); never raises for program faults."""
+        uid = self._uids.get()
+        try:
+            return self._run(config, uid)
+        finally:
+            self._uids.put(uid)
+
+    def _run(self, config: dict[str, Any], uid: int) -> SandboxRun:
+        lim = self.limits
+        marker = os.urandom(8).hex()
+        tmpdir = None
+        cfg = dict(config, rlimits=self._rlimits())
+        if self.sandboxed:
+            cfg.update(workdir="/sandbox", chmod_workdir=True, nproc=lim.max_processes)
+            cfg["uid"] = uid if self.is_root else None
+        else:
+            tmpdir = tempfile.mkdtemp(prefix="loo_gspo_unsandboxed_")
+            cfg.update(workdir=tmpdir, chmod_workdir=False, nproc=None, uid=None)
+        with tempfile.TemporaryFile() as cfg_file:
+            cfg_file.write(json.dumps(cfg).encode())
+            cfg_file.seek(0)
+            cfg_fd = os.dup(cfg_file.fileno())
+        res_r, res_w = os.pipe()
+        runner = [self.python, "-I", "-S", "-c", RUNNER, str(cfg_fd), str(res_w)]
+        if self.sandboxed:
+            argv, env = self._bwrap_argv() + runner, {}
+        else:
+            argv, env = runner, {**self._env(), "HOME": tmpdir or "/nonexistent", "LOO_GSPO_RUN": marker}
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(cfg_fd, res_w),
+                env=env,
+                cwd=tmpdir or "/",
+                start_new_session=True,
+            )
+        except OSError as err:
+            os.close(res_r)
+            return SandboxRun(None, error=f"{type(err).__name__}: {err}")
+        finally:
+            os.close(cfg_fd)
+            os.close(res_w)
+        run = SandboxRun(None)
+        try:
+            self._collect(proc, res_r, run, start)
+        finally:
+            os.close(res_r)
+            self._kill(proc)
+            if not self.sandboxed:
+                _kill_marked(marker)
+            if tmpdir:
+                shutil.rmtree(tmpdir, ignore_errors=True)
+        run.returncode = proc.returncode
+        run.wall_s = time.monotonic() - start
+        run.limit_hit = self._limit_hit(run)
+        return run
+
+    def _collect(self, proc: subprocess.Popen, res_r: int, run: SandboxRun, start: float) -> None:
+        cap = self.limits.output_bytes
+        bufs = {"stdout": bytearray(), "stderr": bytearray(), "channel": bytearray()}
+        sel = selectors.DefaultSelector()
+        assert proc.stdout is not None and proc.stderr is not None
+        sel.register(proc.stdout.fileno(), selectors.EVENT_READ, "stdout")
+        sel.register(proc.stderr.fileno(), selectors.EVENT_READ, "stderr")
+        sel.register(res_r, selectors.EVENT_READ, "channel")
+        open_streams = 3
+        deadline = start + self.limits.wall_timeout_s
+        try:
+            while open_streams:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    run.timed_out = True
+                    return
+                for key, _ in sel.select(timeout=min(remaining, 0.5)):
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        sel.unregister(key.fd)
+                        open_streams -= 1
+                        continue
+                    buf = bufs[key.data]
+                    buf += chunk[: cap + 1 - len(buf)]
+                    if len(buf) > cap:
+                        run.output_exceeded = True
+                        run.extra["output_stream"] = key.data
+                        return
+            # all streams closed: the sandbox is gone (or closed its fds); wait for the exit status within the deadline
+            while proc.poll() is None:
+                if time.monotonic() >= deadline:
+                    run.timed_out = True
+                    return
+                time.sleep(0.005)
+        finally:
+            sel.close()
+            for name, buf in bufs.items():
+                setattr(run, name, bytes(buf[:cap]))
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+    def _limit_hit(self, run: SandboxRun) -> str | None:
+        if run.timed_out:
+            return "wall_timeout"
+        if run.output_exceeded:
+            return "output"
+        rc = run.returncode
+        sig = -rc if rc is not None and rc < 0 else (rc - 128 if rc is not None and rc > 128 else None)
+        if sig == signal.SIGXCPU:
+            return "cpu"
+        if b"MemoryError" in run.stderr[-4096:]:
+            return "memory"
+        if sig == signal.SIGKILL:
+            return "cpu" if run.wall_s >= self.limits.cpu_time_s else "killed"
+        if sig is not None and sig > 0:
+            return "killed"
+        return None
+
+
+def _kill_marked(marker: str) -> None:
+    """Unsandboxed mode only: kill leftover processes (daemons) whose initial environment carries ``marker``."""
+    needle = f"LOO_GSPO_RUN={marker}".encode()
+    for _ in range(3):
+        found = False
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if needle in f.read():
+                        os.kill(int(pid), signal.SIGKILL)
+                        found = True
+            except OSError:
+                continue
+        if not found:
+            return
