@@ -206,6 +206,19 @@ class LooGspoConfig(GRPOConfig):
         },
     )
 
+    # Registration (SPEC §2).
+    register_experiment: bool = field(
+        default=True,
+        metadata={
+            "help": "Write <output_dir>/experiment.json before training (base model and weights hash, data "
+            "fingerprints, verifiers and versions, limits, sampling, optimizer, budget, seeds, full config, package "
+            "versions, git commit) and refuse to start if eval_dataset shares prompts with train_dataset."
+        },
+    )
+    experiment_task: str | None = field(
+        default=None, metadata={"help": "A name for the task, recorded in experiment.json."}
+    )
+
     # Changed TRL defaults (GSPO scale, sequence-level ratio, no std scaling, our loss).
     epsilon: float = field(
         default=3e-4,

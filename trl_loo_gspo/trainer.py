@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 from accelerate.utils import DistributedType, is_peft_model
+from datasets import IterableDataset
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
@@ -33,6 +34,7 @@ from . import core
 from .config import LooGspoConfig
 from .controllers import EntropyControllerState, entropy_controller_step
 from .dynamic_sampling import DynamicSamplingMixin, generated_per_effective
+from .registration import experiment_record, split_overlap
 
 _STATE_FILE = "loo_gspo_state.json"
 
@@ -525,6 +527,36 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
                 self.accelerator.reduce(stats, reduction="sum"),
                 self.accelerator.reduce(extrema, reduction="max"),
             )
+
+    # ------------------------------------------------------------------ registration (SPEC §2)
+    def train(self, *args, **kwargs):
+        if self.args.register_experiment:
+            self.register_experiment()
+        return super().train(*args, **kwargs)
+
+    def register_experiment(self) -> dict:
+        """Refuse overlapping splits, then write ``experiment.json`` (main process) and return the record."""
+        validation = self.eval_dataset
+        named = validation.items() if isinstance(validation, dict) else [("eval_dataset", validation)]
+        for name, split in named:
+            if split is None or isinstance(split, IterableDataset) or isinstance(self.train_dataset, IterableDataset):
+                continue
+            if "prompt" not in split.column_names or "prompt" not in self.train_dataset.column_names:
+                continue
+            shared = split_overlap(self.train_dataset, split)
+            if shared:
+                raise ValueError(
+                    f"{name} shares {len(shared)} of its {len(split)} prompts with train_dataset (first: "
+                    f"{split[shared[0]]['prompt']!r}). The validation set must be independent of training (SPEC "
+                    "§5.2): remove those rows, or set register_experiment=False to skip this check."
+                )
+        record = experiment_record(self, task=self.args.experiment_task)
+        self.experiment_record = record
+        if self.args.should_save:
+            os.makedirs(self.args.output_dir, exist_ok=True)
+            with open(os.path.join(self.args.output_dir, "experiment.json"), "w") as f:
+                json.dump(record, f, indent=2, default=str)
+        return record
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, model, trial):

@@ -1,0 +1,96 @@
+"""Registration (SPEC §2): experiment.json before training, and refusal of overlapping train/validation splits."""
+
+import json
+
+import pytest
+from datasets import Dataset
+
+from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
+from trl_loo_gspo.registration import content_fingerprint, split_overlap, weights_fingerprint
+from trl_loo_gspo.rewards import MathVerifier
+from trl_loo_gspo.rewards.shaping import ShapedReward
+from trl_loo_gspo.tiny import addition_dataset, digit_fraction_reward
+
+from .helpers import base_kwargs, make_model_and_tokenizer
+
+
+def test_content_fingerprint_is_order_independent_and_content_sensitive():
+    a = Dataset.from_list([{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+2=", "answer": "4"}])
+    b = Dataset.from_list([{"prompt": "2+2=", "answer": "4"}, {"prompt": "1+1=", "answer": "2"}])
+    c = Dataset.from_list([{"prompt": "2+2=", "answer": "5"}, {"prompt": "1+1=", "answer": "2"}])
+    assert content_fingerprint(a)["sha256"] == content_fingerprint(b)["sha256"] != content_fingerprint(c)["sha256"]
+    assert content_fingerprint(a)["rows"] == 2 and content_fingerprint(None) is None
+
+
+def test_split_overlap_by_prompt_content():
+    chat = [{"role": "user", "content": "x"}]
+    train = Dataset.from_list([{"prompt": chat}, {"prompt": [{"role": "user", "content": "b"}]}])
+    validation = Dataset.from_list([{"prompt": [{"role": "user", "content": "a"}]}, {"prompt": chat}])
+    assert split_overlap(train, validation) == [1]
+    plain = Dataset.from_list([{"prompt": "1+1="}, {"prompt": "2+2="}])
+    assert split_overlap(plain, Dataset.from_list([{"prompt": "2+2="}, {"prompt": "3+3="}])) == [0]
+
+
+def test_weights_fingerprint_changes_with_the_weights():
+    model, _ = make_model_and_tokenizer(seed=0)
+    same, _ = make_model_and_tokenizer(seed=0)
+    other, _ = make_model_and_tokenizer(seed=1)
+    assert weights_fingerprint(model) == weights_fingerprint(same) != weights_fingerprint(other)
+
+
+def trainer_for(tmp_path, eval_dataset=None, **overrides):
+    model, tokenizer = make_model_and_tokenizer()
+    kwargs = base_kwargs(str(tmp_path), max_steps=1, experiment_task="addition")
+    kwargs.update(overrides)
+    return LooGspoTrainer(
+        model=model,
+        reward_funcs=[digit_fraction_reward, ShapedReward(MathVerifier())],
+        args=LooGspoConfig(**kwargs),
+        train_dataset=addition_dataset(32, seed=0),
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+    )
+
+
+@pytest.mark.slow
+def test_experiment_json_is_written_before_training_with_the_spec_fields(tmp_path):
+    validation = Dataset.from_list([{"prompt": "999+1=", "answer": "1000"}] * 4)
+    trainer = trainer_for(tmp_path, eval_dataset=validation, eval_strategy="no")
+    seen = {}
+
+    def first_step_check(*args, **kwargs):  # the record exists before the first training step
+        seen["exists"] = (tmp_path / "experiment.json").exists()
+        return original(*args, **kwargs)
+
+    original = trainer.training_step
+    trainer.training_step = first_step_check
+    trainer.train()
+    assert seen["exists"]
+    record = json.loads((tmp_path / "experiment.json").read_text())
+    assert record["task"] == "addition"
+    assert len(record["base_model"]["weights_sha256"]) == 64 and record["base_model"]["parameters"] > 0
+    assert record["data"]["train"]["rows"] == 32 and record["data"]["validation"]["rows"] == 4
+    assert record["verifiers"][0]["name"] == "digit_fraction_reward"
+    assert record["verifiers"][1]["verifier"]["name"] == "math" and "version" in record["verifiers"][1]["verifier"]
+    assert record["limits"]["max_completion_length"] == trainer.args.max_completion_length
+    assert record["sampling"]["num_generations"] == 4 and record["optimizer"]["optim"].lower().endswith("sgd")
+    assert record["budget"]["max_steps"] == 1 and record["seeds"]["seed"] == 7
+    assert record["config"]["advantage_estimator"] == "loo"
+    assert record["versions"]["trl"].startswith("1.16") and record["versions"]["torch"]
+    assert "git_commit" in record
+
+
+def test_training_refuses_a_validation_split_that_overlaps_training(tmp_path):
+    train = addition_dataset(32, seed=0)
+    leaked = Dataset.from_list([train[3], {"prompt": "999+1=", "answer": "1000"}])
+    trainer = trainer_for(tmp_path, eval_dataset=leaked, eval_strategy="no")
+    with pytest.raises(ValueError, match="shares 1 of its 2 prompts"):
+        trainer.train()
+    assert not (tmp_path / "experiment.json").exists()
+
+
+def test_registration_can_be_turned_off(tmp_path):
+    train = addition_dataset(32, seed=0)
+    trainer = trainer_for(tmp_path, eval_dataset=Dataset.from_list([train[0]]), register_experiment=False)
+    trainer.train()  # no refusal, no record
+    assert not (tmp_path / "experiment.json").exists()

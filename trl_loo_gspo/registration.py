@@ -1,0 +1,152 @@
+"""Experiment registration (SPEC §2): what every run records before it trains, and the split-overlap refusal.
+
+"Every experiment must register: base model, task and data split, verifier version, context and generation limits,
+optimizer, training budget." :func:`experiment_record` gathers these from a trainer; ``LooGspoTrainer.train``
+writes them to ``<output_dir>/experiment.json`` before the first step, and refuses to start when the validation
+split (``eval_dataset``) shares prompts with the training split (:func:`split_overlap`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "trl-loo-gspo", "math-verify")
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
+
+
+def row_hashes(dataset, column: str | None = None) -> list[str]:
+    """SHA-256 of each row's content (one column, or the whole row), canonical JSON."""
+    if column is not None:
+        return [hashlib.sha256(_canonical(value).encode()).hexdigest() for value in dataset[column]]
+    return [hashlib.sha256(_canonical(dict(row)).encode()).hexdigest() for row in dataset]
+
+
+def content_fingerprint(dataset) -> dict[str, Any] | None:
+    """Order-independent fingerprint of a dataset's content: rows, columns and the hash of its sorted row hashes."""
+    if dataset is None or not hasattr(dataset, "__len__"):
+        return None
+    hashes = sorted(row_hashes(dataset))
+    return {
+        "rows": len(hashes),
+        "columns": list(getattr(dataset, "column_names", []) or []),
+        "sha256": hashlib.sha256("".join(hashes).encode()).hexdigest(),
+        "fingerprint": getattr(dataset, "_fingerprint", None),  # datasets' own (processing-history) fingerprint
+    }
+
+
+def split_overlap(train, validation, column: str = "prompt") -> list[int]:
+    """Indices of validation rows whose ``column`` content also occurs in the training split (SPEC §5.2: the
+    validation set must be independent)."""
+    seen = set(row_hashes(train, column))
+    return [i for i, digest in enumerate(row_hashes(validation, column)) if digest in seen]
+
+
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """SHA-256 over the parameters' names, shapes, dtypes and bytes (the content hash of local weights)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        digest.update(tensor.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_commit(path: str | Path | None = None) -> str | None:
+    """The commit of the git checkout holding ``path`` (this package by default), or None."""
+    where = Path(path) if path is not None else Path(__file__).resolve().parent
+    try:
+        result = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if result.returncode != 0:
+        return None
+    return result.stdout.strip() or None
+
+
+def _reward_description(func: Any) -> dict[str, Any]:
+    if hasattr(func, "describe"):
+        return func.describe()
+    verifier = getattr(func, "verifier", None)  # ShapedReward
+    description: dict[str, Any] = {"name": getattr(func, "__name__", type(func).__name__)}
+    if verifier is not None and hasattr(verifier, "describe"):
+        description["verifier"] = verifier.describe()
+        for key in ("lambda_len", "lambda_hack"):
+            description[key] = getattr(func, key, None)
+    return description
+
+
+def experiment_record(trainer, task: str | None = None) -> dict[str, Any]:
+    """Everything SPEC §2 asks a run to register, read from a (constructed, not yet trained) trainer."""
+    args = trainer.args
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    config = getattr(model, "config", None)
+    name_or_path = getattr(config, "_name_or_path", None) or None
+    train, validation = trainer.train_dataset, trainer.eval_dataset
+    if isinstance(validation, dict):  # several eval sets: fingerprint each
+        validation_fp: Any = {key: content_fingerprint(value) for key, value in validation.items()}
+    else:
+        validation_fp = content_fingerprint(validation)
+    return {
+        "spec": "SPEC §2 registration",
+        "task": task,
+        "base_model": {
+            "name_or_path": name_or_path,
+            "revision": getattr(config, "_commit_hash", None),
+            "weights_sha256": weights_fingerprint(model),
+            "class": type(model).__name__,
+            "parameters": sum(p.numel() for p in model.parameters()),
+        },
+        "data": {
+            "train": content_fingerprint(train),
+            "validation": validation_fp,
+            "train_info": getattr(getattr(train, "info", None), "dataset_name", None),
+        },
+        "verifiers": [_reward_description(func) for func in trainer.reward_funcs],
+        "reward_weights": [float(w) for w in trainer.reward_weights.tolist()],
+        "limits": {
+            "max_prompt_length": getattr(args, "max_prompt_length", None),
+            "max_completion_length": args.max_completion_length,
+        },
+        "sampling": {
+            "num_generations": args.num_generations,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "top_k": args.top_k,
+            "generation_batch_size": args.generation_batch_size,
+        },
+        "optimizer": {
+            "optim": getattr(args.optim, "value", str(args.optim)),
+            "learning_rate": args.learning_rate,
+            "lr_scheduler_type": getattr(args.lr_scheduler_type, "value", str(args.lr_scheduler_type)),
+            "warmup_steps": args.warmup_steps,
+            "weight_decay": args.weight_decay,
+            "max_grad_norm": args.max_grad_norm,
+        },
+        "budget": {"max_steps": args.max_steps, "rollout_token_budget": getattr(args, "rollout_token_budget", None)},
+        "seeds": {"seed": args.seed, "data_seed": args.data_seed, "refill_seed": getattr(args, "refill_seed", None)},
+        "processes": trainer.accelerator.num_processes,
+        "config": json.loads(args.to_json_string()),
+        "versions": package_versions(),
+        "git_commit": git_commit(),
+    }
