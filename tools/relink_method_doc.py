@@ -1,0 +1,36 @@
+"""Re-point the line links of docs/method.md after code moved: each stale link is moved to the line that holds the
+same `# §` comment in the working tree (looked up from the committed version). Run from the repository root:
+
+    python tools/relink_method_doc.py && python -m pytest -q tests/test_docs.py
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+LINK = re.compile(r"\[(?P<name>[\w.]+) L(?P<line>\d+)\]\(\.\./(?P<path>[\w/.]+\.py)#L\d+\)")
+
+
+def main() -> None:
+    doc_path = Path("docs/method.md")
+    doc = doc_path.read_text()
+
+    def fix(match: re.Match) -> str:
+        path, line = match["path"], int(match["line"])
+        current = Path(path).read_text().splitlines()
+        if line <= len(current) and "# §" in current[line - 1]:
+            return match.group(0)
+        committed = subprocess.run(["git", "show", f"HEAD:{path}"], capture_output=True, text=True).stdout
+        text = committed.splitlines()[line - 1].strip()
+        found = [i + 1 for i, candidate in enumerate(current) if candidate.strip() == text]
+        if len(found) != 1:
+            raise SystemExit(f"cannot relink {path}#L{line} ({text!r}): {len(found)} matches")
+        return f"[{Path(path).name} L{found[0]}](../{path}#L{found[0]})"
+
+    doc_path.write_text(LINK.sub(fix, doc))
+
+
+if __name__ == "__main__":
+    main()
