@@ -14,7 +14,10 @@ def test_method_links_land_on_spec_comments():
     for link in links:
         lines = (ROOT / link["path"]).read_text().splitlines()
         line = lines[int(link["line"]) - 1]
-        assert "# §" in line, f"{link['path']}#L{link['line']} is not a spec comment: {line.strip()!r}"
+        assert "# §" in line, (
+            f"{link['path']}#L{link['line']} is not a spec comment: {line.strip()!r}; "
+            "run: python tools/relink_method_doc.py"
+        )
 
 
 def test_every_spec_comment_in_core_is_documented():
