@@ -1,0 +1,63 @@
+"""Independent validation at rollout-token checkpoints (SPEC §5.2)."""
+
+import pytest
+from datasets import Dataset
+
+from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
+from trl_loo_gspo.rewards import Verifier, VerifierResult
+from trl_loo_gspo.tiny import addition_dataset, digit_fraction_reward
+from trl_loo_gspo.validation import ValidationCallback
+
+from .helpers import base_kwargs, make_model_and_tokenizer
+
+pytestmark = pytest.mark.slow
+
+
+class StartsWithDigit(Verifier):
+    """Passes when the completion starts with a digit (often, for an untrained model); None for answer 'x'."""
+
+    name, version = "starts_with_digit", "test"
+
+    def verify(self, completion, answer=None, **_):
+        if answer == "x":
+            return VerifierResult(None, "unscorable", "sandbox_failure")
+        ok = completion[:1].isdigit()
+        return VerifierResult(float(ok), "pass" if ok else "fail")
+
+
+def test_evaluates_at_rollout_token_checkpoints_not_steps(tmp_path):
+    model, tokenizer = make_model_and_tokenizer()
+    trainer = LooGspoTrainer(
+        model=model,
+        reward_funcs=[digit_fraction_reward],
+        args=LooGspoConfig(**base_kwargs(str(tmp_path), max_steps=6, optim="adamw_torch", learning_rate=1e-3)),
+        train_dataset=addition_dataset(64, seed=8),
+        processing_class=tokenizer,
+    )
+    validation = Dataset.from_list(
+        [{"prompt": f"{i}+{i}=", "answer": "x" if i == 0 else str(2 * i)} for i in range(8)]
+    )
+    callback = ValidationCallback(trainer, validation, StartsWithDigit(), every_tokens=150, samples=2)
+    trainer.add_callback(callback)
+    trainer.train()
+    tokens = [h["rollout_tokens"] for h in callback.history]
+    assert tokens[0] == 0.0  # before the first step
+    total = trainer.generated_tokens_total
+    assert len(tokens) == 1 + total // 150  # one evaluation per 150 generated tokens crossed
+    for k, value in enumerate(tokens[1:], start=1):
+        assert value >= 150 * k  # evaluated once the checkpoint was crossed ...
+        assert value - 150 * k < max(
+            h["tokens/generated"] for h in trainer.state.log_history if "tokens/generated" in h
+        )
+    logged = [h for h in trainer.state.log_history if "eval/pass_rate" in h]
+    assert [h["rollout_tokens"] for h in logged] == tokens
+    for h in logged:
+        assert 0.0 <= h["eval/pass_at_1"] <= 1.0 and 0.0 <= h["eval/pass_rate"] <= 1.0
+        assert h["eval/unscorable"] == pytest.approx(1 / 8)  # the problem whose verifier is unscorable
+    # the training logs still carry their own metrics (the evaluation did not flush them)
+    assert all("loss" in h and "entropy" in h for h in trainer.state.log_history if "loss" in h)
+
+
+def test_every_tokens_must_be_positive(tmp_path):
+    with pytest.raises(ValueError):
+        ValidationCallback(object(), [], StartsWithDigit(), every_tokens=0)

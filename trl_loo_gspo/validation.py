@@ -1,0 +1,142 @@
+"""Independent validation at fixed rollout-token checkpoints (SPEC §5.2).
+
+The primary metric of the spec is the pass rate on an independent validation set at the same budget. This callback
+evaluates it during training — pass@1 with greedy decoding and the mean pass rate over ``samples`` answers at a
+fixed temperature — with the registered verifier, every ``every_tokens`` *generated* tokens (not every N steps:
+runs of different methods are compared at equal rollout budget), and logs ``eval/pass_at_1``, ``eval/pass_rate``
+and ``eval/unscorable`` against ``rollout_tokens``. Training-time filtering never touches this set: every problem is
+evaluated every time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+from transformers import Trainer, TrainerCallback
+
+from .rewards.base import completion_text
+
+
+class ValidationCallback(TrainerCallback):
+    """Evaluate a validation split at rollout-token checkpoints of a ``LooGspoTrainer``.
+
+    Args:
+        trainer: the trainer (its model, tokenizer and ``generated_tokens_total`` are read).
+        dataset: the validation split (a map-style dataset with a ``prompt`` column and the verifier's columns).
+        verifier: a TRL reward function / :class:`~trl_loo_gspo.rewards.Verifier`; a score ≥ ``pass_threshold``
+            is a pass, ``None`` (unscorable) is not and is counted in ``eval/unscorable``.
+        every_tokens: evaluate each time the cumulative generated tokens cross a multiple of this.
+        samples, temperature: the sampled pass rate's answers per problem and temperature (top-k and top-p off).
+        max_new_tokens: generation limit (default: the trainer's ``max_completion_length``).
+        at_start: also evaluate before the first step (at 0 tokens).
+    """
+
+    def __init__(
+        self,
+        trainer,
+        dataset,
+        verifier,
+        every_tokens: int,
+        samples: int = 4,
+        temperature: float = 1.0,
+        max_new_tokens: int | None = None,
+        batch_size: int = 64,
+        pass_threshold: float = 1.0,
+        at_start: bool = True,
+        seed: int = 0,
+    ) -> None:
+        if every_tokens <= 0:
+            raise ValueError(f"every_tokens must be > 0, got {every_tokens}")
+        self.trainer, self.dataset, self.verifier = trainer, dataset, verifier
+        self.every_tokens, self.samples, self.temperature = every_tokens, samples, temperature
+        self.max_new_tokens = max_new_tokens or trainer.args.max_completion_length
+        self.batch_size, self.pass_threshold, self.at_start, self.seed = batch_size, pass_threshold, at_start, seed
+        self.next_checkpoint = every_tokens
+        self.history: list[dict[str, float]] = []
+
+    # ------------------------------------------------------------------ callback hooks
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.at_start and not self.history:
+            self.evaluate()
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        tokens = self.trainer.generated_tokens_total
+        if tokens >= self.next_checkpoint:
+            while self.next_checkpoint <= tokens:
+                self.next_checkpoint += self.every_tokens
+            self.evaluate()
+        return control
+
+    # ------------------------------------------------------------------ evaluation
+    def _prompt_text(self, prompt: Any) -> str:
+        tokenizer = self.trainer.processing_class
+        if isinstance(prompt, str):
+            return prompt
+        return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+
+    @torch.no_grad()
+    def _generate(self, model, texts: list[str], sample: bool) -> list[str]:
+        tokenizer = self.trainer.processing_class
+        outputs: list[str] = []
+        for start in range(0, len(texts), self.batch_size):
+            chunk = texts[start : start + self.batch_size]
+            encoded = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+            encoded = {key: value.to(model.device) for key, value in encoded.items()}
+            options: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
+            if sample:
+                options.update(do_sample=True, temperature=self.temperature, top_k=0, top_p=1.0)
+                options["num_return_sequences"] = self.samples
+            else:
+                options["do_sample"] = False
+            generated = model.generate(**encoded, **options)
+            outputs.extend(
+                tokenizer.batch_decode(generated[:, encoded["input_ids"].size(1) :], skip_special_tokens=True)
+            )
+        return outputs
+
+    def _scores(self, rows: list[dict], completions: list[str], repeat: int) -> list[float | None]:
+        columns = {key: [row[key] for row in rows for _ in range(repeat)] for key in rows[0] if key != "prompt"}
+        prompts = [row["prompt"] for row in rows for _ in range(repeat)]
+        return self.verifier(prompts=prompts, completions=completions, completion_ids=None, **columns)
+
+    def evaluate(self) -> dict[str, float]:
+        """Evaluate now; every process takes its share of the problems; the result is logged and returned."""
+        trainer = self.trainer
+        accelerator = trainer.accelerator
+        model = accelerator.unwrap_model(trainer.model)
+        was_training = model.training
+        model.eval()
+        rank, world = accelerator.process_index, accelerator.num_processes
+        rows = [self.dataset[i] for i in range(rank, len(self.dataset), world)]
+        greedy: list[float | None] = []
+        sampled: list[float | None] = []
+        if rows:
+            texts = [self._prompt_text(row["prompt"]) for row in rows]
+            greedy = self._scores(rows, [completion_text(c) for c in self._generate(model, texts, False)], 1)
+            if self.samples:
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(self.seed + len(self.history))
+                    answers = self._generate(model, texts, True)
+                sampled = self._scores(rows, answers, self.samples)
+        model.train(was_training)
+        greedy_all = [s for part in gather_object([greedy]) for s in part]
+        sampled_all = [s for part in gather_object([sampled]) for s in part]
+
+        def rate(scores: list[float | None]) -> float:
+            return sum(s is not None and s >= self.pass_threshold for s in scores) / max(len(scores), 1)
+
+        result = {
+            "rollout_tokens": float(trainer.generated_tokens_total),
+            "step": float(trainer.state.global_step),
+            "eval/pass_at_1": rate(greedy_all),
+            "eval/pass_rate": rate(sampled_all) if self.samples else float("nan"),
+            "eval/unscorable": sum(s is None for s in greedy_all + sampled_all)
+            / max(len(greedy_all) + len(sampled_all), 1),
+        }
+        self.history.append(result)
+        # transformers' Trainer.log (not GRPOTrainer.log, which would flush the step's pending training metrics)
+        Trainer.log(trainer, dict(result))
+        return result
