@@ -1,0 +1,74 @@
+"""Statistics for equal-budget ablations (SPEC §5.2): paired differences over seeds, confidence intervals, verdicts,
+and the area under the pass-rate-vs-rollout-tokens curve. Pure functions, no model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# Two-sided 95% quantiles of Student's t, t_{0.975, df}, for df = 1..30 (standard table values); the normal
+# quantile 1.959964 beyond. Written out rather than adding scipy as a dependency for one number.
+_T975 = (
+    12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004, 2.262157, 2.228139,
+    2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905, 2.109816, 2.100922, 2.093024, 2.085963,
+    2.079614, 2.073873, 2.068658, 2.063899, 2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272,
+)  # fmt: skip
+
+
+def t_quantile_975(df: int) -> float:
+    """t_{0.975} for ``df`` degrees of freedom (two-sided 95%)."""
+    if df < 1:
+        raise ValueError("need at least 1 degree of freedom (2 paired seeds)")
+    return _T975[df - 1] if df <= len(_T975) else 1.959964
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Variant minus baseline, paired by seed."""
+
+    mean: float
+    low: float  # 95% confidence interval (t over the paired differences); NaN with fewer than 2 pairs
+    high: float
+    n: int
+    differences: tuple[float, ...]
+
+
+def paired_difference(baseline: dict[int, float], variant: dict[int, float]) -> PairedDifference:
+    """Mean of ``variant[seed] − baseline[seed]`` over the seeds both have, with a 95% t confidence interval."""
+    seeds = sorted(set(baseline) & set(variant))
+    diffs = tuple(variant[s] - baseline[s] for s in seeds)
+    n = len(diffs)
+    if n == 0:
+        return PairedDifference(math.nan, math.nan, math.nan, 0, diffs)
+    mean = sum(diffs) / n
+    if n < 2:
+        return PairedDifference(mean, math.nan, math.nan, n, diffs)
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    half = t_quantile_975(n - 1) * sd / math.sqrt(n)
+    return PairedDifference(mean, mean - half, mean + half, n, diffs)
+
+
+def verdict(difference: PairedDifference) -> str:
+    """``"better"`` if the whole 95% interval is above 0, ``"worse"`` if below, else no detectable difference."""
+    if difference.n >= 2 and difference.low > 0:
+        return "better"
+    if difference.n >= 2 and difference.high < 0:
+        return "worse"
+    return "no detectable difference at this budget and n seeds"
+
+
+def curve_area(points: list[tuple[float, float]], budget: float) -> float:
+    """Normalised area under a pass-rate-vs-tokens curve on [0, budget] (trapezoids; the last value is carried to
+    the budget, points beyond it are cut). A constant pass rate p gives p."""
+    if budget <= 0:
+        raise ValueError("budget must be > 0")
+    pts = sorted((min(max(t, 0.0), budget), p) for t, p in points)
+    if not pts:
+        return math.nan
+    if pts[0][0] > 0:
+        pts.insert(0, (0.0, pts[0][1]))
+    if pts[-1][0] < budget:
+        pts.append((budget, pts[-1][1]))
+    area = sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(pts, pts[1:], strict=False))
+    return area / budget
