@@ -37,11 +37,36 @@ def _demo_parser(sub) -> None:
     demo.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
 
+def _ablate_parser(sub) -> None:
+    ablate = sub.add_parser(
+        "ablate",
+        help="Run an equal-budget ablation from a YAML file (resumable) and write results.csv, report.md and a plot.",
+        description="Every (variant, seed) of the YAML trains to the same rollout-token budget and is scored on the "
+        "held-out validation split; finished runs are skipped on a re-run. See trl_loo_gspo/ablation.py for the "
+        "schema and recipes/ablations/ for examples.",
+    )
+    ablate.add_argument("config", help="the ablation YAML")
+    ablate.add_argument("--output-dir", default=None, help="override the YAML's output_dir")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="trl-loo-gspo", description="LOO-GSPO trainer for TRL: tools.")
     sub = parser.add_subparsers(dest="command", required=True)
     _demo_parser(sub)
+    _ablate_parser(sub)
     args = parser.parse_args(argv)
+
+    if args.command == "ablate":
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        from .ablation import AblationPlan, run_ablation
+
+        plan = AblationPlan.from_yaml(args.config)
+        if args.output_dir:
+            plan.output_dir = args.output_dir
+        run_ablation(plan)
+        print(f"Wrote {plan.output_dir}/results.csv, report.md and pass_rate_vs_tokens.png")
+        return 0
 
     if args.command == "demo":
         os.environ.setdefault("OMP_NUM_THREADS", "1")

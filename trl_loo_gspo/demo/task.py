@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 
 from datasets import Dataset
 
+from ..rewards.base import Verifier, VerifierResult
+
 _INTEGER = re.compile(r"\s*(-?\d+)\s*")
 
 
@@ -69,3 +71,16 @@ def addition_reward(completions: list, answer: list[str], **_: object) -> list[f
     """TRL reward function for the addition task (plain-text or conversational completions)."""
     texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
     return [verify(text, ans) for text, ans in zip(texts, answer, strict=True)]
+
+
+class AdditionVerifier(Verifier):
+    """The exact addition check as a :class:`~trl_loo_gspo.rewards.Verifier` (for registration and validation)."""
+
+    name = "addition_exact"
+    version = "1"
+
+    def verify(self, completion: str, answer: str | None = None, **_: object) -> VerifierResult:
+        if answer is None:
+            return VerifierResult(None, "unscorable", "parse_failure", {"reason": "no answer column"})
+        score = verify(completion, answer)
+        return VerifierResult(score, "pass" if score else "fail")

@@ -1,0 +1,115 @@
+"""The ablation runner: resumable runs, results/report/plot, verdicts, and a tiny real ablation on the demo task."""
+
+import csv
+import json
+
+import pytest
+import yaml
+
+from trl_loo_gspo.ablation import AblationPlan, report, run_ablation
+
+TINY_POLICY = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    sft_min_steps=2,
+    sft_max_steps=4,
+    check_every=2,
+    calibration_problems=8,
+    target_pass_rate=0.0,
+)
+
+
+def plan_for(tmp_path, **overrides):
+    data = dict(
+        output_dir=str(tmp_path / "out"),
+        seeds=[0, 1, 2],
+        rollout_tokens=1000,
+        baseline={"name": "grpo", "config": {}},
+        variants=[{"name": "loo", "config": {}}, {"name": "loo_dyn", "config": {"dynamic_sampling": True}}],
+    )
+    data.update(overrides)
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return AblationPlan.from_yaml(path)
+
+
+def fake_runner(calls, gains, fail_on=None):
+    def runner(plan, name, overrides, is_baseline, seed, progress):
+        calls.append((name, seed))
+        if fail_on == (name, seed):
+            raise KeyboardInterrupt  # the ablation is killed mid-run
+        final = 0.40 + 0.01 * seed + gains.get(name, 0.0)
+        return {
+            "name": name,
+            "seed": seed,
+            "baseline": is_baseline,
+            "final_pass_rate": final,
+            "best_pass_rate": final,
+            "final_pass_at_1": final,
+            "auc": final / 2,
+            "curve": [[0, 0.4], [plan.rollout_tokens, final]],
+            "generated_tokens": plan.rollout_tokens,
+            "effective_tokens": plan.rollout_tokens // 2,
+        }
+
+    return runner
+
+
+def test_runner_resumes_after_a_kill_without_redoing_finished_runs(tmp_path):
+    plan = plan_for(tmp_path)
+    calls = []
+    with pytest.raises(KeyboardInterrupt):
+        run_ablation(plan, fake_runner(calls, {}, fail_on=("loo", 1)))
+    finished = list(calls[:-1])
+    assert len(finished) == 4  # seed 0: grpo, loo, loo_dyn; seed 1: grpo; then killed in (loo, 1)
+    assert not (tmp_path / "out" / "runs" / "loo" / "seed1.json").exists()  # no half-written record
+    calls.clear()
+    records = run_ablation(plan, fake_runner(calls, {}))
+    assert calls == [("loo", 1), ("loo_dyn", 1), ("grpo", 2), ("loo", 2), ("loo_dyn", 2)]  # only the missing runs
+    assert len(records) == 9
+    for name in ("results.csv", "report.md", "pass_rate_vs_tokens.png"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+    rows = list(csv.DictReader(open(tmp_path / "out" / "results.csv")))
+    assert len(rows) == 9 and {"final_pass_rate", "auc", "generated_tokens", "effective_tokens"} <= set(rows[0])
+
+
+def test_report_verdicts_and_paired_differences(tmp_path):
+    plan = plan_for(tmp_path)
+    calls = []
+    records = run_ablation(plan, fake_runner(calls, {"loo": 0.05, "loo_dyn": 0.0}))
+    text = report(plan, records)
+    loo = next(line for line in text.splitlines() if line.startswith("| loo |"))
+    dyn = next(line for line in text.splitlines() if line.startswith("| loo_dyn |"))
+    assert "+0.050" in loo and "better" in loo  # identical +0.05 on every seed: a zero-width interval above 0
+    assert "+0.000" in dyn and "no detectable difference" in dyn
+    assert "Caveats (SPEC §5.2)" in text and "effective" in text
+
+
+def test_plan_validation(tmp_path):
+    with pytest.raises(ValueError, match="task"):
+        plan_for(tmp_path, task="chess")
+    with pytest.raises(ValueError, match="unique"):
+        plan_for(tmp_path, variants=[{"name": "grpo", "config": {}}])
+
+
+@pytest.mark.slow
+def test_a_tiny_real_ablation_on_the_demo_task(tmp_path):
+    plan = plan_for(
+        tmp_path,
+        seeds=[0, 1],
+        rollout_tokens=400,
+        eval_every_tokens=200,
+        eval_samples=1,
+        common={"per_device_train_batch_size": 16, "num_generations": 4},
+        variants=[{"name": "loo", "config": {}}],
+        policy=TINY_POLICY,
+    )
+    records = run_ablation(plan)
+    assert len(records) == 4
+    for r in records:
+        assert r["generated_tokens"] >= 400 and r["curve"][0][0] == 0 and r["curve"][-1][0] == r["generated_tokens"]
+        assert 0.0 <= r["final_pass_rate"] <= 1.0
+    saved = json.loads((tmp_path / "out" / "runs" / "loo" / "seed1.json").read_text())
+    assert saved["effective_tokens"] is not None and saved["policy_key"]
+    assert "| loo |" in (tmp_path / "out" / "report.md").read_text()

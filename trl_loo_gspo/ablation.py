@@ -1,0 +1,314 @@
+"""``trl-loo-gspo ablate CONFIG.yaml``: equal-budget ablations scored on an independent validation set (SPEC §5.2).
+
+The YAML names a baseline (a stock TRL ``GRPOTrainer`` configuration), variants (``LooGspoTrainer`` flag overrides),
+seeds, and one rollout-token budget for all. Every (variant, seed) run trains from the same warm-started policy,
+is evaluated on the validation split at fixed rollout-token checkpoints, and writes ``runs/<variant>/seed<k>.json``;
+finished runs are skipped, so a killed ablation continues where it stopped. Then ``results.csv``, ``report.md``
+(paired differences vs the baseline with 95% intervals and a verdict per variant) and ``pass_rate_vs_tokens.png``.
+
+Built-in task: ``demo-addition`` (the offline demo's task and policy). Schema::
+
+    output_dir: ablation-demo
+    task: demo-addition
+    seeds: [0, 1, 2]
+    rollout_tokens: 300000
+    eval_every_tokens: 50000
+    eval_samples: 4
+    common: {learning_rate: 1.0e-4}          # applied to every run (baseline included)
+    baseline: {name: grpo, config: {}}        # a trl.GRPOConfig: TRL's defaults plus these overrides
+    variants:                                 # each a LooGspoConfig: our defaults plus these overrides
+      - {name: loo_gspo, config: {}}
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import functools
+import json
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .ablation_stats import curve_area, paired_difference, verdict
+
+TASKS = ("demo-addition",)
+
+
+@dataclass
+class AblationPlan:
+    output_dir: str
+    seeds: list[int]
+    rollout_tokens: int
+    variants: list[dict[str, Any]]
+    baseline: dict[str, Any]
+    task: str = "demo-addition"
+    eval_every_tokens: int = 50_000
+    eval_samples: int = 4
+    common: dict[str, Any] = field(default_factory=dict)
+    policy: dict[str, Any] = field(default_factory=dict)  # PolicySpec overrides (tests use a tiny policy)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> AblationPlan:
+        data = yaml.safe_load(Path(path).read_text())
+        plan = cls(**data)
+        plan.validate()
+        return plan
+
+    def validate(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"task {self.task!r} is not one of {TASKS}")
+        if not self.seeds or self.rollout_tokens <= 0 or self.eval_every_tokens <= 0:
+            raise ValueError("need seeds, rollout_tokens > 0 and eval_every_tokens > 0")
+        names = [self.baseline.get("name", "baseline")] + [v["name"] for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"run names must be unique, got {names}")
+
+    def runs(self) -> list[tuple[str, dict[str, Any], bool, int]]:
+        """(name, config overrides, is_baseline, seed), seeds outermost so that a partial ablation is balanced."""
+        entries = [(self.baseline.get("name", "baseline"), self.baseline.get("config", {}), True)]
+        entries += [(v["name"], v.get("config", {}), False) for v in self.variants]
+        return [(name, cfg, base, seed) for seed in self.seeds for name, cfg, base in entries]
+
+
+def _run_path(plan: AblationPlan, name: str, seed: int) -> Path:
+    return Path(plan.output_dir) / "runs" / name / f"seed{seed}.json"
+
+
+def run_one(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, progress=None) -> dict:
+    """Train one (variant, seed) on the demo task to the token budget; evaluate along the way; return the record."""
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOConfig
+
+    from .config import LooGspoConfig
+    from .demo.policy import PolicySpec, load_or_build_policy
+    from .demo.run import DemoConfig, _common_args, _CountingGRPOTrainer
+    from .demo.task import AdditionTask, AdditionVerifier
+    from .trainer import LooGspoTrainer
+    from .validation import ValidationCallback
+
+    task = AdditionTask(seed=seed)
+    spec = PolicySpec(task=task, seed=seed, **plan.policy)
+    policy, tokenizer, policy_info = load_or_build_policy(spec, log=lambda _: None)
+    train, validation = task.splits()
+    out = Path(plan.output_dir) / "runs" / name / f"seed{seed}"
+    settings = _common_args(DemoConfig(output_dir=str(out), seed=seed), out)
+    settings.update(plan.common)
+    settings.update(overrides)
+    if is_baseline:
+        args, trainer_cls = GRPOConfig(**settings), _CountingGRPOTrainer
+    else:
+        args, trainer_cls = LooGspoConfig(**{**settings, "register_experiment": False}), LooGspoTrainer
+    verifier = AdditionVerifier()
+    trainer = trainer_cls(
+        model=copy.deepcopy(policy),
+        reward_funcs=[verifier],
+        args=args,
+        train_dataset=train,
+        processing_class=tokenizer,
+    )
+    trainer.remove_callback(PrinterCallback)
+    budget = plan.rollout_tokens
+
+    class _Budget(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if progress is not None:
+                progress(min(trainer.generated_tokens_total, budget))
+            if trainer.generated_tokens_total >= budget:
+                control.should_training_stop = True
+            return control
+
+    validation_cb = ValidationCallback(
+        trainer, validation, verifier, plan.eval_every_tokens, samples=plan.eval_samples, seed=seed
+    )
+    trainer.add_callback(validation_cb)
+    trainer.add_callback(_Budget())
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    if validation_cb.history[-1]["rollout_tokens"] != trainer.generated_tokens_total:
+        validation_cb.evaluate()
+    curve = [(h["rollout_tokens"], h["eval/pass_rate"]) for h in validation_cb.history]
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+
+    def mean_of(key: str) -> float:
+        values = [h[key] for h in logs if key in h and h[key] is not None]
+        return sum(values) / len(values) if values else math.nan
+
+    return {
+        "name": name,
+        "seed": seed,
+        "baseline": is_baseline,
+        "final_pass_rate": curve[-1][1],
+        "best_pass_rate": max(p for _, p in curve),
+        "final_pass_at_1": validation_cb.history[-1]["eval/pass_at_1"],
+        "auc": curve_area(curve, budget),
+        "curve": curve,
+        "generated_tokens": trainer.generated_tokens_total,
+        "effective_tokens": getattr(trainer, "effective_tokens_total", None),
+        "steps": trainer.state.global_step,
+        "seconds": round(seconds, 1),
+        "clip_fraction": mean_of("clip_ratio/region_answers")
+        if not is_baseline
+        else mean_of("clip_ratio/region_mean"),
+        "entropy": mean_of("entropy"),
+        "kl": mean_of("kl"),
+        "filtered_fraction": mean_of("sampling/frac_filtered"),
+        "anomalies": mean_of(f"verifiers/{verifier.name}/unscorable"),
+        "policy_key": policy_info["key"],
+        "overrides": overrides,
+    }
+
+
+CSV_COLUMNS = (
+    "name",
+    "seed",
+    "final_pass_rate",
+    "best_pass_rate",
+    "final_pass_at_1",
+    "auc",
+    "generated_tokens",
+    "effective_tokens",
+    "steps",
+    "seconds",
+    "clip_fraction",
+    "entropy",
+    "kl",
+    "filtered_fraction",
+    "anomalies",
+)
+
+
+def run_ablation(plan: AblationPlan, runner=run_one) -> list[dict]:
+    """Run every missing (variant, seed), then write the CSV, the report and the plot. Resumable."""
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    runs = plan.runs()
+    records: list[dict] = []
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f}/{task.total:,.0f}")
+    ) as progress:
+        overall = progress.add_task("runs", total=len(runs))
+        for name, overrides, is_baseline, seed in runs:
+            path = _run_path(plan, name, seed)
+            if path.exists():  # finished earlier: never redone
+                records.append(json.loads(path.read_text()))
+                progress.advance(overall)
+                continue
+            current = progress.add_task(f"{name} seed {seed}: rollout tokens", total=plan.rollout_tokens)
+            report_tokens = functools.partial(_update, progress, current)
+            record = runner(plan, name, overrides, is_baseline, seed, report_tokens)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(record, indent=2, default=str))
+            tmp.replace(path)  # atomic: a killed run leaves no half-written record
+            records.append(record)
+            progress.remove_task(current)
+            progress.advance(overall)
+    write_outputs(plan, records)
+    return records
+
+
+def _update(progress, task_id, tokens: int) -> None:
+    progress.update(task_id, completed=tokens)
+
+
+def write_outputs(plan: AblationPlan, records: list[dict]) -> None:
+    out = Path(plan.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(records)
+    (out / "report.md").write_text(report(plan, records))
+    plot(records, out / "pass_rate_vs_tokens.png")
+
+
+def report(plan: AblationPlan, records: list[dict]) -> str:
+    base_name = plan.baseline.get("name", "baseline")
+    by_name: dict[str, dict[int, dict]] = {}
+    for r in records:
+        by_name.setdefault(r["name"], {})[r["seed"]] = r
+    baseline = by_name.get(base_name, {})
+    lines = [
+        f"# Ablation report: {plan.task}, {plan.rollout_tokens:,} rollout tokens per run, seeds {plan.seeds}",
+        "",
+        f"Baseline: `{base_name}` (stock TRL GRPOTrainer). Primary metric: final sampled pass rate on the held-out "
+        "validation split; differences are paired by seed with a 95% t interval over seeds.",
+        "",
+        "| variant | n | final pass rate | Δ vs baseline | 95% CI | Δ AUC | verdict | gen. tokens | eff. tokens |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, runs in by_name.items():
+        final = {s: r["final_pass_rate"] for s, r in runs.items()}
+        mean_final = sum(final.values()) / len(final)
+        gen = sum(r["generated_tokens"] for r in runs.values()) / len(runs)
+        eff_values = [r["effective_tokens"] for r in runs.values() if r.get("effective_tokens") is not None]
+        eff = f"{sum(eff_values) / len(eff_values):,.0f}" if eff_values else "—"
+        if name == base_name:
+            lines.append(
+                f"| {name} (baseline) | {len(runs)} | {mean_final:.3f} | — | — | — | — | {gen:,.0f} | {eff} |"
+            )
+            continue
+        diff = paired_difference({s: r["final_pass_rate"] for s, r in baseline.items()}, final)
+        auc = paired_difference({s: r["auc"] for s, r in baseline.items()}, {s: r["auc"] for s, r in runs.items()})
+        ci = f"[{diff.low:+.3f}, {diff.high:+.3f}]" if diff.n >= 2 else "n < 2"
+        lines.append(
+            f"| {name} | {diff.n} | {mean_final:.3f} | {diff.mean:+.3f} | {ci} | {auc.mean:+.3f} | {verdict(diff)} "
+            f"| {gen:,.0f} | {eff} |"
+        )
+    lines += [
+        "",
+        "Caveats (SPEC §5.2): every run had the same budget of *generated* tokens, which does not mean the same "
+        "number of effective updates (filtering, clipping and zero-advantage groups change how many tokens move the "
+        "policy: see the effective-token column); a gain that does not survive the equal-budget comparison, or comes "
+        "only from more generation, reward hacking or evaluation-set filtering, does not count. With few seeds the "
+        "interval is wide: 'no detectable difference' is not evidence of no difference.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(records: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_name: dict[str, list[list[tuple[float, float]]]] = {}
+    for r in records:
+        by_name.setdefault(r["name"], []).append([tuple(p) for p in r["curve"]])
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for index, (name, curves) in enumerate(by_name.items()):
+        grid = sorted({t for curve in curves for t, _ in curve})
+        values = [[_interpolate(curve, t) for t in grid] for curve in curves]
+        mean = [sum(col) / len(col) for col in zip(*values, strict=True)]
+        low = [min(col) for col in zip(*values, strict=True)]
+        high = [max(col) for col in zip(*values, strict=True)]
+        ax.plot(grid, mean, color=f"C{index}", label=f"{name} (n={len(curves)})")
+        ax.fill_between(grid, low, high, color=f"C{index}", alpha=0.15)
+    ax.set_xlabel("rollout tokens (generated)")
+    ax.set_ylabel("validation pass rate (sampled)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Equal-budget ablation: mean and min–max over seeds")
+    fig.tight_layout()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _interpolate(curve: list[tuple[float, float]], t: float) -> float:
+    points = sorted(curve)
+    if t <= points[0][0]:
+        return points[0][1]
+    for (t0, p0), (t1, p1) in zip(points, points[1:], strict=False):
+        if t0 <= t <= t1:
+            return p0 if t1 == t0 else p0 + (p1 - p0) * (t - t0) / (t1 - t0)
+    return points[-1][1]
