@@ -94,3 +94,16 @@ def test_registration_can_be_turned_off(tmp_path):
     trainer = trainer_for(tmp_path, eval_dataset=Dataset.from_list([train[0]]), register_experiment=False)
     trainer.train()  # no refusal, no record
     assert not (tmp_path / "experiment.json").exists()
+
+
+@pytest.mark.slow
+def test_the_record_goes_into_the_model_card(tmp_path):
+    trainer = trainer_for(tmp_path, save_strategy="steps", save_steps=1)
+    trainer.train()
+    card = (
+        (tmp_path / "checkpoint-1" / "README.md").read_text()
+        if (tmp_path / "checkpoint-1" / "README.md").exists()
+        else ""
+    )
+    card = card or (tmp_path / "README.md").read_text()
+    assert "Experiment registration (SPEC §2)" in card and '"weights_sha256"' in card

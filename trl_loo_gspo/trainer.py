@@ -558,6 +558,17 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
                 json.dump(record, f, indent=2, default=str)
         return record
 
+    def create_model_card(self, *args, **kwargs) -> None:
+        """TRL's model card, plus the experiment registration record (SPEC §2) as a JSON block."""
+        super().create_model_card(*args, **kwargs)
+        record = getattr(self, "experiment_record", None)
+        path = os.path.join(self.args.output_dir, "README.md")
+        if record is None or not self.is_world_process_zero() or not os.path.exists(path):
+            return
+        block = json.dumps(record, indent=2, default=str)
+        with open(path, "a") as f:
+            f.write(f"\n## Experiment registration (SPEC §2)\n\n```json\n{block}\n```\n")
+
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
