@@ -68,6 +68,11 @@ def main() -> None:
             },
             cli.out,
         )
+    # Tear the process group down explicitly once every rank is done: letting interpreter exit race the gloo
+    # threads occasionally aborts a rank ("terminate called without an active exception").
+    trainer.accelerator.wait_for_everyone()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
