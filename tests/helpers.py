@@ -179,3 +179,16 @@ def controlled_reward(completions, kind, **_):
     return [
         {"always": 1.0, "never": 0.0}.get(k, float(len(c) % 2 == 0)) for c, k in zip(completions, kind, strict=True)
     ]
+
+
+# A tiny warm start for demo/ablation tests: seconds instead of the real ~20 s warm start.
+TINY_POLICY = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    sft_min_steps=2,
+    sft_max_steps=4,
+    check_every=2,
+    calibration_problems=8,
+    target_pass_rate=0.0,
+)

@@ -8,16 +8,7 @@ import yaml
 
 from trl_loo_gspo.ablation import AblationPlan, report, run_ablation
 
-TINY_POLICY = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    sft_min_steps=2,
-    sft_max_steps=4,
-    check_every=2,
-    calibration_problems=8,
-    target_pass_rate=0.0,
-)
+from .helpers import TINY_POLICY
 
 
 def plan_for(tmp_path, **overrides):

@@ -8,16 +8,7 @@ from trl_loo_gspo.demo.policy import PolicySpec, load_or_build_policy
 from trl_loo_gspo.demo.run import DemoConfig, run_demo
 from trl_loo_gspo.demo.task import AdditionTask, addition_reward, verify
 
-TINY_POLICY = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    sft_min_steps=2,
-    sft_max_steps=4,
-    check_every=2,
-    calibration_problems=8,
-    target_pass_rate=0.0,
-)
+from .helpers import TINY_POLICY
 
 
 def test_task_is_deterministic_and_splits_are_disjoint_by_content():

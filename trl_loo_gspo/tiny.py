@@ -3,7 +3,8 @@
 * :func:`char_tokenizer`: a character-level ``PreTrainedTokenizerFast`` (``tokenizers`` WordLevel over single
   characters, left padding, pad/eos set).
 * :func:`tiny_qwen2`: a small Qwen2 causal LM from a config (random weights, seeded).
-* :func:`addition_dataset` and :func:`exact_answer_reward`: ``a+b=`` prompts and an exact verifier.
+* :func:`addition_dataset`: ``a+b=`` prompts with the sum in ``answer`` (the demo's exact verifier is
+  :mod:`trl_loo_gspo.demo.task`).
 """
 
 from __future__ import annotations
@@ -73,12 +74,6 @@ def addition_dataset(num_examples: int, max_operand: int = 99, seed: int = 0) ->
         a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
         rows.append({"prompt": f"{a}+{b}=", "answer": str(a + b)})
     return Dataset.from_list(rows)
-
-
-def exact_answer_reward(completions: list, answer: list[str], **_: object) -> list[float]:
-    """1.0 when the completion, stripped, equals the answer; else 0.0 (a TRL reward function)."""
-    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-    return [float(text.strip() == str(ans)) for text, ans in zip(texts, answer, strict=True)]
 
 
 def leading_digit_reward(completions: list, answer: list[str], **_: object) -> list[float]:

@@ -240,8 +240,7 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
 
         rewards_per_func = self._last_rewards_per_func
         unscorable = torch.isnan(rewards_per_func).all(dim=1)
-        rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
-        rewards = rewards.masked_fill(unscorable, float("nan"))
+        rewards = self._combined_rewards(rewards_per_func)
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         group_ids = self.group_ids(rewards.numel(), num_generations, device)
         # §2.2 advantages over the gathered rewards and per-row group ids (stop-gradient)
