@@ -2,6 +2,7 @@
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -9,6 +10,7 @@ import yaml
 from trl_loo_gspo.ablation import AblationPlan, report, run_ablation
 
 from .helpers import TINY_POLICY
+from .recipe_fixtures import REPO, cpu_overrides, data_override, save_tiny_model
 
 
 def plan_for(tmp_path, **overrides):
@@ -104,3 +106,56 @@ def test_a_tiny_real_ablation_on_the_demo_task(tmp_path):
     saved = json.loads((tmp_path / "out" / "runs" / "loo" / "seed1.json").read_text())
     assert saved["effective_tokens"] is not None and saved["policy_key"]
     assert "| loo |" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_recipe_plans_need_an_existing_recipe(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)  # recipe paths are relative to the working directory (the repository root)
+    with pytest.raises(ValueError, match="recipe"):
+        plan_for(tmp_path, task="recipe", recipe=str(tmp_path / "missing.yaml"))
+    with pytest.raises(ValueError, match="recipe"):
+        plan_for(tmp_path, recipe="recipes/math-lora.yaml")  # a recipe with the demo task: refused
+    plan = AblationPlan.from_yaml(REPO / "recipes" / "ablations" / "gpu-math.yaml")  # the shipped GPU plan parses
+    assert plan.task == "recipe" and len(plan.seeds) >= 3 and Path(plan.recipe).name == "math-lora.yaml"
+
+
+@pytest.mark.slow
+def test_a_recipe_ablation_builds_a_stock_baseline_from_the_same_recipe(tmp_path, monkeypatch):
+    from trl import GRPOConfig
+
+    from trl_loo_gspo.ablation import recipe_args
+
+    monkeypatch.chdir(REPO)
+    recipe = REPO / "recipes" / "math-lora.yaml"
+    model_dir = save_tiny_model(tmp_path / "tiny")
+    flags = cpu_overrides(model_dir, tmp_path / "unused") + data_override(recipe, tmp_path)
+    at = flags.index("--max_steps")
+    del flags[at : at + 2]  # the token budget stops the runs
+    plan = plan_for(
+        tmp_path,
+        task="recipe",
+        recipe=str(recipe),
+        recipe_overrides=flags,
+        seeds=[0],
+        rollout_tokens=120,
+        eval_every_tokens=60,
+        eval_samples=1,
+        variants=[{"name": "full", "config": {}}, {"name": "full-dyn", "config": {"dynamic_sampling": False}}],
+    )
+    with pytest.raises(ValueError, match="recipe_overrides also sets"):
+        recipe_args(plan, "full", {"num_generations": 4}, False, 0)
+    _, base_args, _ = recipe_args(plan, "grpo", {}, True, 0)
+    _, full_args, _ = recipe_args(plan, "full-dyn", {"dynamic_sampling": False}, False, 0)
+    stock = GRPOConfig(output_dir=str(tmp_path / "x"), use_cpu=True, bf16=False)
+    assert type(base_args) is GRPOConfig  # TRL's defaults for the method ...
+    for key in ("epsilon", "epsilon_high", "importance_sampling_level", "scale_rewards", "loss_type"):
+        assert getattr(base_args, key) == getattr(stock, key), key
+    assert base_args.learning_rate == full_args.learning_rate == 1e-5  # ... the recipe's values for the rest
+    assert base_args.num_generations == full_args.num_generations == 2  # and the command-line overrides
+    assert base_args.max_completion_length == full_args.max_completion_length == 8
+    assert full_args.epsilon == 3e-4 and full_args.dynamic_sampling is False
+    records = run_ablation(plan)
+    assert [r["trainer"] for r in records] == ["CountingGRPOTrainer", "LooGspoTrainer", "LooGspoTrainer"]
+    for r in records:
+        assert r["generated_tokens"] >= 120 and r["curve"][0][0] == 0
+    assert (tmp_path / "out" / "runs" / "full" / "seed0" / "experiment.json").exists()  # variants register
+    assert "| full-dyn |" in (tmp_path / "out" / "report.md").read_text()

@@ -37,7 +37,7 @@ import yaml
 
 from .ablation_stats import curve_area, paired_difference, verdict
 
-TASKS = ("demo-addition",)
+TASKS = ("demo-addition", "recipe")
 
 
 @dataclass
@@ -52,6 +52,8 @@ class AblationPlan:
     eval_samples: int = 4
     common: dict[str, Any] = field(default_factory=dict)
     policy: dict[str, Any] = field(default_factory=dict)  # PolicySpec overrides (tests use a tiny policy)
+    recipe: str | None = None  # task "recipe": a `trl-loo-gspo train` YAML (model, data, verifier, validation)
+    recipe_overrides: list[str] = field(default_factory=list)  # command-line flags applied on top of the recipe
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> AblationPlan:
@@ -63,6 +65,10 @@ class AblationPlan:
     def validate(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"task {self.task!r} is not one of {TASKS}")
+        if self.task == "recipe" and (self.recipe is None or not Path(self.recipe).is_file()):
+            raise ValueError(f"task 'recipe' needs `recipe:` naming an existing recipe YAML, got {self.recipe!r}")
+        if self.task != "recipe" and (self.recipe is not None or self.recipe_overrides):
+            raise ValueError("`recipe` and `recipe_overrides` are only used with task: recipe")
         if not self.seeds or self.rollout_tokens <= 0 or self.eval_every_tokens <= 0:
             raise ValueError("need seeds, rollout_tokens > 0 and eval_every_tokens > 0")
         names = [self.baseline.get("name", "baseline")] + [v["name"] for v in self.variants]
@@ -81,16 +87,23 @@ def _run_path(plan: AblationPlan, name: str, seed: int) -> Path:
 
 
 def run_one(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, progress=None) -> dict:
-    """Train one (variant, seed) on the demo task to the token budget; evaluate along the way; return the record."""
-    from transformers import TrainerCallback
-    from transformers.trainer_callback import PrinterCallback
+    """Train one (variant, seed) to the token budget; evaluate along the way; return the record."""
+    build = _build_recipe_run if plan.task == "recipe" else _build_demo_run
+    trainer, validation_cb, verifier, extra = build(plan, name, overrides, is_baseline, seed)
+    return _train_to_budget(
+        plan, trainer, validation_cb, verifier, name, overrides, is_baseline, seed, progress, extra
+    )
+
+
+def _build_demo_run(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int):
+    """The built-in demo task: the warm-started addition policy (cached), the exact verifier."""
     from trl import GRPOConfig
 
+    from .baseline import CountingGRPOTrainer
     from .config import LooGspoConfig
     from .demo.policy import PolicySpec, load_or_build_policy
-    from .demo.run import DemoConfig, _common_args, _CountingGRPOTrainer
+    from .demo.run import DemoConfig, _common_args
     from .demo.task import AdditionTask, AdditionVerifier
-    from .trainer import LooGspoTrainer
     from .validation import ValidationCallback
 
     task = AdditionTask(seed=seed)
@@ -102,9 +115,9 @@ def run_one(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, s
     settings.update(plan.common)
     settings.update(overrides)
     if is_baseline:
-        args, trainer_cls = GRPOConfig(**settings), _CountingGRPOTrainer
+        args, trainer_cls = GRPOConfig(**settings), CountingGRPOTrainer
     else:
-        args, trainer_cls = LooGspoConfig(**{**settings, "register_experiment": False}), LooGspoTrainer
+        args, trainer_cls = LooGspoConfig(**{**settings, "register_experiment": False}), _trainer_cls()
     verifier = AdditionVerifier()
     trainer = trainer_cls(
         model=copy.deepcopy(policy),
@@ -113,6 +126,77 @@ def run_one(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, s
         train_dataset=train,
         processing_class=tokenizer,
     )
+    validation_cb = ValidationCallback(
+        trainer, validation, verifier, plan.eval_every_tokens, samples=plan.eval_samples, seed=seed
+    )
+    trainer.add_callback(validation_cb)
+    return trainer, validation_cb, verifier, {"policy_key": policy_info["key"]}
+
+
+def _trainer_cls():
+    from .trainer import LooGspoTrainer
+
+    return LooGspoTrainer
+
+
+# Fields that define the method: the baseline takes TRL's defaults for these, the recipe's values for the rest.
+_OUR_DEFAULT_CHANGES = ("epsilon", "epsilon_high", "importance_sampling_level", "scale_rewards", "loss_type")
+
+
+def recipe_args(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int):
+    """(script_args, training args, model_args) of one run of a recipe ablation.
+
+    Variants: the recipe's ``LooGspoConfig`` plus ``common`` plus the variant's overrides. Baseline: a stock
+    ``trl.GRPOConfig`` with the recipe's values for every field TRL has, except the method-defining ones (our own
+    fields and the TRL defaults we change: ``epsilon``, ``epsilon_high``, ``importance_sampling_level``,
+    ``scale_rewards``, ``loss_type``), which keep TRL's defaults; then ``common`` and the baseline's overrides.
+    """
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    from .train import make_parser
+
+    out = Path(plan.output_dir) / "runs" / name / f"seed{seed}"
+    argv = ["--config", str(plan.recipe), *plan.recipe_overrides, "--output_dir", str(out), "--seed", str(seed)]
+    argv += ["--eval_every_tokens", str(plan.eval_every_tokens), "--eval_samples", str(plan.eval_samples)]
+    script_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
+    settings = {**plan.common, **overrides}
+    settings.setdefault("max_steps", 10**9)  # the rollout-token budget stops training
+    init_fields = {f.name for f in fields(GRPOConfig if is_baseline else type(training_args)) if f.init}
+    method = ({f.name for f in fields(type(training_args))} - init_fields) | set(_OUR_DEFAULT_CHANGES)
+    explicit = set(yaml.safe_load(Path(plan.recipe).read_text()) or {})  # keys the recipe sets
+    flagged = {flag[2:].split("=", 1)[0] for flag in plan.recipe_overrides if flag.startswith("--")}
+    clash = sorted(flagged & set(settings))
+    if clash:
+        raise ValueError(f"run {name!r} sets {clash}, which recipe_overrides also sets: set it in one place")
+    keep = (explicit | flagged) & init_fields
+    if is_baseline:
+        keep -= method
+    kept = {key: getattr(training_args, key) for key in keep}
+    kept.update(output_dir=str(out), seed=seed, model_init_kwargs=training_args.model_init_kwargs)
+    config_cls = GRPOConfig if is_baseline else type(training_args)
+    return script_args, config_cls(**{**kept, **settings}), model_args
+
+
+def _build_recipe_run(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int):
+    """A recipe task: model, data, verifier and validation split from a ``trl-loo-gspo train`` recipe YAML."""
+    from .baseline import CountingGRPOTrainer
+    from .train import build_trainer
+    from .validation import ValidationCallback
+
+    script_args, training_args, model_args = recipe_args(plan, name, overrides, is_baseline, seed)
+    trainer = build_trainer(
+        script_args, training_args, model_args, trainer_cls=CountingGRPOTrainer if is_baseline else None
+    )
+    validation_cb = next(cb for cb in trainer.callback_handler.callbacks if isinstance(cb, ValidationCallback))
+    return trainer, validation_cb, validation_cb.verifier, {"recipe": str(plan.recipe)}
+
+
+def _train_to_budget(plan, trainer, validation_cb, verifier, name, overrides, is_baseline, seed, progress, extra):
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
+
     trainer.remove_callback(PrinterCallback)
     budget = plan.rollout_tokens
 
@@ -124,10 +208,6 @@ def run_one(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, s
                 control.should_training_stop = True
             return control
 
-    validation_cb = ValidationCallback(
-        trainer, validation, verifier, plan.eval_every_tokens, samples=plan.eval_samples, seed=seed
-    )
-    trainer.add_callback(validation_cb)
     trainer.add_callback(_Budget())
     start = time.perf_counter()
     trainer.train()
@@ -145,6 +225,7 @@ def run_one(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, s
         "name": name,
         "seed": seed,
         "baseline": is_baseline,
+        "trainer": type(trainer).__name__,
         "final_pass_rate": curve[-1][1],
         "best_pass_rate": max(p for _, p in curve),
         "final_pass_at_1": validation_cb.history[-1]["eval/pass_at_1"],
@@ -160,9 +241,9 @@ def run_one(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, s
         "entropy": mean_of("entropy"),
         "kl": mean_of("kl"),
         "filtered_fraction": mean_of("sampling/frac_filtered"),
-        "anomalies": mean_of(f"verifiers/{verifier.name}/unscorable"),
-        "policy_key": policy_info["key"],
+        "anomalies": mean_of(f"verifiers/{getattr(verifier, 'name', 'verifier')}/unscorable"),
         "overrides": overrides,
+        **extra,
     }
 
 

@@ -50,8 +50,18 @@ def _ablate_parser(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "train":  # TrlParser owns every flag of `train` (like `trl grpo`)
+        from .train import main as train_main
+
+        return train_main(argv[1:])
     parser = argparse.ArgumentParser(prog="trl-loo-gspo", description="LOO-GSPO trainer for TRL: tools.")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser(
+        "train",
+        help="Train with LooGspoTrainer from a recipe YAML plus --flag overrides (TrlParser, like `trl grpo`); "
+        "`trl-loo-gspo train --help` lists every flag.",
+    )
     _demo_parser(sub)
     _ablate_parser(sub)
     args = parser.parse_args(argv)

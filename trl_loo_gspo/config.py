@@ -147,7 +147,7 @@ class LooGspoConfig(GRPOConfig):
         metadata={
             "help": "Remember filtered prompts (dataset index, step, pass rate, all-correct/all-wrong), exclude them "
             "from refill draws, and re-admit those filtered at least N steps ago every N steps (through the probe "
-            "when it is on). SPEC §3.1: a prompt with pass rate 0.2 is all wrong in 4 tries 41% of the time. "
+            "when it is on). SPEC §3.1: a prompt with pass rate 0.2 is all wrong in 4 tries in 41 of 100 cases. "
             "None = no registry (needs dynamic_sampling)."
         },
     )
@@ -217,6 +217,18 @@ class LooGspoConfig(GRPOConfig):
     )
     experiment_task: str | None = field(
         default=None, metadata={"help": "A name for the task, recorded in experiment.json."}
+    )
+
+    # Output.
+    hub_merge_adapter: bool = field(
+        default=False,
+        metadata={
+            "help": "push_to_hub uploads the LoRA adapter merged into the base weights (a full model; the adapter "
+            "goes to adapter/ in the same repo). Needs a LoRA run on one process or DDP (not FSDP/DeepSpeed)."
+        },
+    )
+    summary_table: bool = field(
+        default=True, metadata={"help": "Print a rich table of the run's key figures when training ends."}
     )
 
     # Changed TRL defaults (GSPO scale, sequence-level ratio, no std scaling, our loss).

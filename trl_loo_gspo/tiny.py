@@ -40,6 +40,7 @@ def tiny_qwen2(
     num_hidden_layers: int = 2,
     seed: int = 0,
     intermediate_size: int | None = None,
+    max_position_embeddings: int = 128,
 ) -> Qwen2ForCausalLM:
     """A small Qwen2 model with seeded random weights, sized for CPU (~100k parameters at the defaults).
 
@@ -52,7 +53,7 @@ def tiny_qwen2(
         num_hidden_layers=num_hidden_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=128,
+        max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,

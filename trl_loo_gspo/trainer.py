@@ -34,7 +34,9 @@ from . import core
 from .config import LooGspoConfig
 from .controllers import EntropyControllerState, entropy_controller_step
 from .dynamic_sampling import DynamicSamplingMixin, generated_per_effective
+from .hub import card_sections
 from .registration import experiment_record, split_overlap
+from .reporting import RegistrationToTrackers, SummaryTable
 
 _STATE_FILE = "loo_gspo_state.json"
 
@@ -106,8 +108,9 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
     * extra metrics (see ``docs/metrics.md``).
     """
 
-    _tag_names = ["trl", "grpo", "loo-gspo"]
+    _tag_names = ["trl", "grpo", "trl-loo-gspo", "rlvr"]
     _name = "LOO-GSPO"
+    _paper: dict[str, str] = {}  # no single paper: the card lists the four sources (trl_loo_gspo.hub.SOURCES)
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: LooGspoConfig | None = None, *rest, **kwargs):
         if args is None:
@@ -119,7 +122,9 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
                 "takes the same arguments: replace `GRPOConfig(` with `LooGspoConfig(` (from trl_loo_gspo)."
             )
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
+        self._check_launch()
         self._check_runtime_support()
+        self._check_merge_support()
 
         # Loss-denominator bookkeeping (see `_begin_optimizer_step`).
         self._slice_counts: torch.Tensor | None = None  # (S, 2): global [tokens, answers] of each buffered slice
@@ -146,6 +151,12 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
         if args.entropy_feedback:
             self.epsilon_high = self._base_epsilon_high + self.entropy_state.k
         self.add_callback(_RolloutTokenBudget(self))
+        self.data_source: dict[str, Any] | None = None  # dataset name/revision/split, recorded at registration
+        self.experiment_record: dict[str, Any] | None = None
+        self._merge_for_push = False
+        self.add_callback(RegistrationToTrackers(self))
+        if args.summary_table:
+            self.add_callback(SummaryTable(self))
 
     # ------------------------------------------------------------------ setup checks
     def _spans_generation_rounds(self) -> bool:
@@ -189,6 +200,30 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
         totals = torch.stack([(core.k3_kl(logps, ref) * mask).sum(), mask.sum()]).to(torch.float64)
         total, count = self.accelerator.reduce(totals, reduction="sum").tolist()
         self._metrics["train"]["kl"].append(total / max(count, 1.0))
+
+    def _check_merge_support(self) -> None:
+        if not self.args.hub_merge_adapter:
+            return
+        if not is_peft_model(self.accelerator.unwrap_model(self.model)):
+            raise ValueError(
+                "hub_merge_adapter=True needs a LoRA run (peft_config / --use_peft); this run trains the "
+                "full model, which is pushed as it is."
+            )
+        if self.is_fsdp_enabled or self.accelerator.distributed_type == DistributedType.DEEPSPEED:
+            raise ValueError(
+                "hub_merge_adapter=True is not supported with FSDP or DeepSpeed (the weights are sharded): push the "
+                "adapter, then merge it on one process: `PeftModel.from_pretrained(base, repo).merge_and_unload()`."
+            )
+
+    def _check_launch(self) -> None:
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched > 1 and self.accelerator.num_processes == 1:
+            raise RuntimeError(
+                f"This process was launched as one of WORLD_SIZE={launched} processes, but accelerate set up a "
+                "single-process run: every process would train alone on its own copy (no gradient all-reduce, "
+                "no global token count). On CPU machines pass use_cpu=True (--use_cpu true) with a multi-process "
+                "launcher (e.g. recipes/accelerate/cpu-2proc.yaml); on GPUs check that each process sees a GPU."
+            )
 
     def _check_runtime_support(self) -> None:
         if not self._spans_generation_rounds():
@@ -550,6 +585,8 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
                     "§5.2): remove those rows, or set register_experiment=False to skip this check."
                 )
         record = experiment_record(self, task=self.args.experiment_task)
+        if self.data_source is not None:
+            record["data"]["source"] = self.data_source
         self.experiment_record = record
         if self.args.should_save:
             os.makedirs(self.args.output_dir, exist_ok=True)
@@ -558,15 +595,49 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
         return record
 
     def create_model_card(self, *args, **kwargs) -> None:
-        """TRL's model card, plus the experiment registration record (SPEC §2) as a JSON block."""
+        """TRL's model card plus the method and its flags, the validation figures, the registration record (SPEC §2)
+        and the four sources (:func:`trl_loo_gspo.hub.card_sections`)."""
         super().create_model_card(*args, **kwargs)
-        record = getattr(self, "experiment_record", None)
         path = os.path.join(self.args.output_dir, "README.md")
-        if record is None or not self.is_world_process_zero() or not os.path.exists(path):
+        if not self.is_world_process_zero() or not os.path.exists(path):
             return
-        block = json.dumps(record, indent=2, default=str)
+        history = next(
+            (cb.history for cb in self.callback_handler.callbacks if type(cb).__name__ == "ValidationCallback"), []
+        )
         with open(path, "a") as f:
-            f.write(f"\n## Experiment registration (SPEC §2)\n\n```json\n{block}\n```\n")
+            f.write(card_sections(self.args, history, self.experiment_record))
+
+    # ------------------------------------------------------------------ Hub pushes
+    def push_to_hub(self, *args, **kwargs):
+        """``Trainer.push_to_hub`` (adapter or full model, tokenizer, model card, ``experiment.json``); with
+        ``hub_merge_adapter`` the LoRA adapter is merged into the base weights first (the adapter is kept in
+        ``adapter/``)."""
+        self._merge_for_push = self.args.hub_merge_adapter
+        try:
+            return super().push_to_hub(*args, **kwargs)
+        finally:
+            self._merge_for_push = False
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        super().save_model(output_dir, _internal_call)
+        if self._merge_for_push and self.args.should_save:
+            self._save_merged(output_dir or self.args.output_dir)
+
+    def _save_merged(self, output_dir: str) -> None:
+        """Write the merged full model to ``output_dir`` and move the adapter files to ``output_dir/adapter``."""
+        model = self.accelerator.unwrap_model(self.model)
+        if not is_peft_model(model):
+            raise ValueError("hub_merge_adapter=True needs a PEFT (LoRA) model; this run trains the full model.")
+        adapter_dir = os.path.join(output_dir, "adapter")
+        model.save_pretrained(adapter_dir)
+        for name in os.listdir(adapter_dir):
+            stale = os.path.join(output_dir, name)
+            if os.path.isfile(stale):
+                os.remove(stale)
+        # A copy, so that the trainer's model keeps its adapter (costs one more copy of the weights while saving).
+        merged = copy.deepcopy(model).merge_and_unload()
+        merged.save_pretrained(output_dir)
+        del merged
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, model, trial):

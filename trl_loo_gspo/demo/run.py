@@ -20,9 +20,10 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig
 
 from .. import __version__
+from ..baseline import CountingGRPOTrainer
 from ..config import LooGspoConfig
 from ..trainer import LooGspoTrainer
 from .evaluate import pass_rates
@@ -56,17 +57,6 @@ class DemoConfig:
             raise ValueError("the demo needs a budget: rollout_tokens > 0 or minutes > 0")
         if self.minutes is not None and self.minutes <= 0:
             raise ValueError(f"minutes must be > 0, got {self.minutes}")
-
-
-class _CountingGRPOTrainer(GRPOTrainer):
-    """Stock GRPOTrainer that also counts generated tokens, so both trainers share one budget measure."""
-
-    generated_tokens_total = 0
-
-    def _generate(self, prompts):
-        output = super()._generate(prompts)
-        self.generated_tokens_total += sum(len(ids) for ids in output[1])
-        return output
 
 
 class _BudgetAndCurve(TrainerCallback):
@@ -220,7 +210,7 @@ def run_demo(demo: DemoConfig) -> dict:
     runs = {}
     plans = [("LOO-GSPO", LooGspoTrainer, recommended_config(demo, output_dir / "loo_gspo"))]
     if demo.baseline:
-        plans.append(("stock GRPO", _CountingGRPOTrainer, baseline_config(demo, output_dir / "stock_grpo")))
+        plans.append(("stock GRPO", CountingGRPOTrainer, baseline_config(demo, output_dir / "stock_grpo")))
     for name, trainer_cls, args in plans:
         model = copy.deepcopy(policy)
         trainer, curve, seconds = _train(name, trainer_cls, args, model, tokenizer, train, validation, demo, console)

@@ -1,0 +1,152 @@
+"""Reporting around a run: the registration record sent to the ``report_to`` trackers, and a summary table at the
+end of training (``rich``).
+
+transformers' integration callbacks (TensorBoard, Weights & Biases, Trackio, MLflow) log the training arguments
+and the metrics; none of them knows our SPEC §2 registration record, so :class:`RegistrationToTrackers` hands it to
+each active tracker after that tracker has set itself up (its own ``on_train_begin`` runs first: integration
+callbacks are registered at ``Trainer.__init__``, before ours).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import Any
+
+from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+RECORD_KEY = "experiment_registration"
+
+
+def _flat_scalars(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dict -> {"a/b": scalar}, for trackers whose config holds scalars (lists and None as JSON text)."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        name = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            out.update(_flat_scalars(value, name))
+        elif isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        else:
+            out[name] = json.dumps(value, default=str)
+    return out
+
+
+def send_record_to_trackers(callbacks: list[Any], record: dict[str, Any]) -> list[str]:
+    """Give the record to every set-up tracker callback among ``callbacks``; returns the trackers it reached."""
+    text = json.dumps(record, indent=2, default=str)
+    reached: list[str] = []
+    for callback in callbacks:
+        kind = type(callback).__name__
+        try:
+            if kind == "TensorBoardCallback" and getattr(callback, "tb_writer", None) is not None:
+                callback.tb_writer.add_text(RECORD_KEY, f"```json\n{text}\n```")
+                callback.tb_writer.flush()
+            elif kind == "WandbCallback" and getattr(getattr(callback, "_wandb", None), "run", None) is not None:
+                callback._wandb.config.update({RECORD_KEY: record}, allow_val_change=True)
+            elif kind == "TrackioCallback" and getattr(callback, "_initialized", False):
+                callback._trackio.config.update(
+                    {f"{RECORD_KEY}/{k}": v for k, v in _flat_scalars(record).items()}, allow_val_change=True
+                )
+            elif kind == "MLflowCallback" and getattr(callback, "_initialized", False):
+                callback._ml_flow.log_dict(record, "experiment.json")
+            else:
+                continue
+        except Exception as err:  # a tracker problem must not stop training; say so
+            logger.warning("Could not send the registration record to %s: %s", kind, err)
+            continue
+        reached.append(kind)
+    return reached
+
+
+class RegistrationToTrackers(TrainerCallback):
+    """At the start of training, send ``trainer.experiment_record`` (if any) to the ``report_to`` trackers."""
+
+    def __init__(self, trainer) -> None:
+        self.trainer = trainer
+        self.reached: list[str] = []
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        record = getattr(self.trainer, "experiment_record", None)
+        if record is not None and state.is_world_process_zero:
+            self.reached = send_record_to_trackers(self.trainer.callback_handler.callbacks, record)
+        return control
+
+
+def _last(history: list[dict[str, Any]], key: str) -> float | None:
+    for entry in reversed(history):
+        value = entry.get(key)
+        if isinstance(value, (int, float)) and not math.isnan(value):
+            return float(value)
+    return None
+
+
+def _mean(history: list[dict[str, Any]], key: str) -> float | None:
+    values = [
+        entry[key] for entry in history if isinstance(entry.get(key), (int, float)) and not math.isnan(entry[key])
+    ]
+    return sum(values) / len(values) if values else None
+
+
+def summary_rows(log_history: list[dict[str, Any]], trainer: Any) -> list[tuple[str, str]]:
+    """(name, value) rows of the end-of-training summary, from the log history and the trainer's counters."""
+
+    def fmt(value: float | None, spec: str = ".4f") -> str:
+        return "—" if value is None else format(value, spec)
+
+    training = [entry for entry in log_history if "loss" in entry]
+    rows = [
+        ("optimizer steps", str(trainer.state.global_step)),
+        ("generated tokens", f"{getattr(trainer, 'generated_tokens_total', 0):,}"),
+        ("effective tokens", f"{getattr(trainer, 'effective_tokens_total', 0):,}"),
+        ("reward (first → last logged)", f"{fmt(_first(training, 'reward'))} → {fmt(_last(training, 'reward'))}"),
+        ("clip fraction (answers, mean)", fmt(_mean(training, "clip_ratio/region_answers"))),
+        ("entropy (mean, nats/token)", fmt(_mean(training, "entropy"))),
+        ("groups with signal (mean)", fmt(_mean(training, "groups/frac_with_signal"))),
+        ("filtered fraction (mean)", fmt(_mean(training, "sampling/frac_filtered"))),
+    ]
+    evals = [entry for entry in log_history if "eval/pass_rate" in entry]
+    if evals:
+        rows.append(
+            (
+                "validation pass rate (first → last)",
+                f"{fmt(_first(evals, 'eval/pass_rate'))} → {fmt(_last(evals, 'eval/pass_rate'))}",
+            )
+        )
+        rows.append(
+            (
+                "validation pass@1 (first → last)",
+                f"{fmt(_first(evals, 'eval/pass_at_1'))} → {fmt(_last(evals, 'eval/pass_at_1'))}",
+            )
+        )
+    return rows
+
+
+def _first(history: list[dict[str, Any]], key: str) -> float | None:
+    return _last(list(reversed(history)), key)
+
+
+class SummaryTable(TrainerCallback):
+    """Print a ``rich`` table of the run's key figures when training ends (main process only)."""
+
+    def __init__(self, trainer) -> None:
+        self.trainer = trainer
+        self.rows: list[tuple[str, str]] = []
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return control
+        from rich.console import Console
+        from rich.table import Table
+
+        self.rows = summary_rows(state.log_history, self.trainer)
+        table = Table(title=f"LOO-GSPO run summary: {args.output_dir}")
+        table.add_column("measure")
+        table.add_column("value", justify="right")
+        for name, value in self.rows:
+            table.add_row(name, value)
+        Console().print(table)
+        return control
