@@ -159,3 +159,30 @@ def test_a_recipe_ablation_builds_a_stock_baseline_from_the_same_recipe(tmp_path
         assert r["generated_tokens"] >= 120 and r["curve"][0][0] == 0
     assert (tmp_path / "out" / "runs" / "full" / "seed0" / "experiment.json").exists()  # variants register
     assert "| full-dyn |" in (tmp_path / "out" / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_tiny_process_ablation_on_the_multistep_task(tmp_path):
+    plan = plan_for(
+        tmp_path,
+        task="demo-multistep",
+        seeds=[0],
+        rollout_tokens=600,
+        eval_every_tokens=300,
+        eval_samples=1,
+        common={"per_device_train_batch_size": 16, "num_generations": 4},
+        baseline={"name": "outcome", "trainer": "loo_gspo", "config": {}},
+        variants=[{"name": "process", "config": {"process_advantage_coef": 0.5}}],
+        policy=TINY_POLICY,
+    )
+    records = run_ablation(plan)
+    assert [r["trainer"] for r in records] == ["LooGspoTrainer", "LooGspoTrainer"]
+    outcome, with_process = records
+    assert outcome["process_log"] == [] and with_process["process_log"]
+    assert {"process/corr_final/step", "process/positive_in_failed"} <= set(with_process["process_log"][0])
+    rows = list(csv.DictReader(open(tmp_path / "out" / "process_metrics.csv")))
+    assert len(rows) == len(with_process["process_log"]) and rows[0]["name"] == "process"
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "(LooGspoTrainer)" in text and "## Process signal vs final verification (SPEC §6)" in text
+    with pytest.raises(ValueError, match="baseline.trainer"):
+        plan_for(tmp_path, baseline={"name": "x", "trainer": "ppo", "config": {}})

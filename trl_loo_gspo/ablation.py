@@ -37,7 +37,8 @@ import yaml
 
 from .ablation_stats import curve_area, paired_difference, verdict
 
-TASKS = ("demo-addition", "recipe")
+TASKS = ("demo-addition", "demo-multistep", "recipe")
+BASELINE_TRAINERS = ("grpo", "loo_gspo")
 
 
 @dataclass
@@ -65,6 +66,8 @@ class AblationPlan:
     def validate(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"task {self.task!r} is not one of {TASKS}")
+        if self.baseline.get("trainer", "grpo") not in BASELINE_TRAINERS:
+            raise ValueError(f"baseline.trainer must be one of {BASELINE_TRAINERS}, got {self.baseline['trainer']!r}")
         if self.task == "recipe" and (self.recipe is None or not Path(self.recipe).is_file()):
             raise ValueError(f"task 'recipe' needs `recipe:` naming an existing recipe YAML, got {self.recipe!r}")
         if self.task != "recipe" and (self.recipe is not None or self.recipe_overrides):
@@ -74,6 +77,11 @@ class AblationPlan:
         names = [self.baseline.get("name", "baseline")] + [v["name"] for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"run names must be unique, got {names}")
+
+    @property
+    def stock_baseline(self) -> bool:
+        """The baseline is stock TRL (``trainer: grpo``, the default) rather than a ``LooGspoTrainer`` config."""
+        return self.baseline.get("trainer", "grpo") == "grpo"
 
     def runs(self) -> list[tuple[str, dict[str, Any], bool, int]]:
         """(name, config overrides, is_baseline, seed), seeds outermost so that a partial ablation is balanced."""
@@ -96,29 +104,35 @@ def run_one(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, s
 
 
 def _build_demo_run(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int):
-    """The built-in demo task: the warm-started addition policy (cached), the exact verifier."""
+    """A built-in demo task: its warm-started policy (cached), its exact verifier (with span signals for the
+    multi-step task, used only when a run sets ``process_advantage_coef``)."""
     from trl import GRPOConfig
 
     from .baseline import CountingGRPOTrainer
     from .config import LooGspoConfig
+    from .demo.multistep import MultiStepTask, MultiStepVerifier
     from .demo.policy import PolicySpec, load_or_build_policy
     from .demo.run import DemoConfig, _common_args
     from .demo.task import AdditionTask, AdditionVerifier
     from .validation import ValidationCallback
 
-    task = AdditionTask(seed=seed)
+    if plan.task == "demo-multistep":
+        task, verifier = MultiStepTask(seed=seed), MultiStepVerifier(emit_spans=True)
+    else:
+        task, verifier = AdditionTask(seed=seed), AdditionVerifier()
     spec = PolicySpec(task=task, seed=seed, **plan.policy)
     policy, tokenizer, policy_info = load_or_build_policy(spec, log=lambda _: None)
     train, validation = task.splits()
     out = Path(plan.output_dir) / "runs" / name / f"seed{seed}"
     settings = _common_args(DemoConfig(output_dir=str(out), seed=seed), out)
+    if plan.task == "demo-multistep":
+        settings["max_completion_length"] = task.max_new_tokens
     settings.update(plan.common)
     settings.update(overrides)
-    if is_baseline:
+    if is_baseline and plan.stock_baseline:
         args, trainer_cls = GRPOConfig(**settings), CountingGRPOTrainer
     else:
         args, trainer_cls = LooGspoConfig(**{**settings, "register_experiment": False}), _trainer_cls()
-    verifier = AdditionVerifier()
     trainer = trainer_cls(
         model=copy.deepcopy(policy),
         reward_funcs=[verifier],
@@ -185,10 +199,9 @@ def _build_recipe_run(plan: AblationPlan, name: str, overrides: dict, is_baselin
     from .train import build_trainer
     from .validation import ValidationCallback
 
-    script_args, training_args, model_args = recipe_args(plan, name, overrides, is_baseline, seed)
-    trainer = build_trainer(
-        script_args, training_args, model_args, trainer_cls=CountingGRPOTrainer if is_baseline else None
-    )
+    stock = is_baseline and plan.stock_baseline
+    script_args, training_args, model_args = recipe_args(plan, name, overrides, stock, seed)
+    trainer = build_trainer(script_args, training_args, model_args, trainer_cls=CountingGRPOTrainer if stock else None)
     validation_cb = next(cb for cb in trainer.callback_handler.callbacks if isinstance(cb, ValidationCallback))
     return trainer, validation_cb, validation_cb.verifier, {"recipe": str(plan.recipe)}
 
@@ -236,15 +249,31 @@ def _train_to_budget(plan, trainer, validation_cb, verifier, name, overrides, is
         "steps": trainer.state.global_step,
         "seconds": round(seconds, 1),
         "clip_fraction": mean_of("clip_ratio/region_answers")
-        if not is_baseline
+        if "clip_ratio/region_answers" in (logs[0] if logs else {})
         else mean_of("clip_ratio/region_mean"),
         "entropy": mean_of("entropy"),
         "kl": mean_of("kl"),
         "filtered_fraction": mean_of("sampling/frac_filtered"),
         "anomalies": mean_of(f"verifiers/{getattr(verifier, 'name', 'verifier')}/unscorable"),
         "overrides": overrides,
+        "process_log": [
+            {"step": h.get("step"), **{k: h[k] for k in PROCESS_KEYS if k in h}}
+            for h in logs
+            if "process/signal_mean" in h
+        ],
         **extra,
     }
+
+
+#: Per-step process-feedback safeguards kept in each run record (SPEC §6), and written to process_metrics.csv.
+PROCESS_KEYS = (
+    "process/corr_final/step",
+    "process/positive_in_failed",
+    "process/signal_mean",
+    "process/pass_rate",
+    "process/frac_flagged",
+    "process/divergence",
+)
 
 
 CSV_COLUMNS = (
@@ -307,6 +336,13 @@ def write_outputs(plan: AblationPlan, records: list[dict]) -> None:
         writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(records)
+    logged = [(r["name"], r["seed"], e) for r in records for e in r.get("process_log") or []]
+    if logged:
+        with open(out / "process_metrics.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["name", "seed", "step", *PROCESS_KEYS])
+            for name, seed, entry in logged:
+                writer.writerow([name, seed, entry.get("step"), *(entry.get(k, "") for k in PROCESS_KEYS)])
     (out / "report.md").write_text(report(plan, records))
     plot(records, out / "pass_rate_vs_tokens.png")
 
@@ -320,7 +356,8 @@ def report(plan: AblationPlan, records: list[dict]) -> str:
     lines = [
         f"# Ablation report: {plan.task}, {plan.rollout_tokens:,} rollout tokens per run, seeds {plan.seeds}",
         "",
-        f"Baseline: `{base_name}` (stock TRL GRPOTrainer). Primary metric: final sampled pass rate on the held-out "
+        f"Baseline: `{base_name}` ({'stock TRL GRPOTrainer' if plan.stock_baseline else 'LooGspoTrainer'}). "
+        "Primary metric: final sampled pass rate on the held-out "
         "validation split; differences are paired by seed with a 95% t interval over seeds.",
         "",
         "| variant | n | final pass rate | Δ vs baseline | 95% CI | Δ AUC | verdict | gen. tokens | eff. tokens |",
@@ -352,7 +389,46 @@ def report(plan: AblationPlan, records: list[dict]) -> str:
         "only from more generation, reward hacking or evaluation-set filtering, does not count. With few seeds the "
         "interval is wide: 'no detectable difference' is not evidence of no difference.",
     ]
+    lines += process_section(records)
     return "\n".join(lines) + "\n"
+
+
+def process_section(records: list[dict]) -> list[str]:
+    """The SPEC §6 safeguards per variant (runs with process feedback only): how the span signal relates to the
+    final verification, and what the hack detectors flagged. Empty when no run logged process metrics."""
+    by_name: dict[str, list[dict]] = {}
+    for r in records:
+        if r.get("process_log"):
+            by_name.setdefault(r["name"], []).extend(r["process_log"])
+    if not by_name:
+        return []
+
+    def mean(entries: list[dict], key: str) -> str:
+        values = [e[key] for e in entries if isinstance(e.get(key), (int, float)) and not math.isnan(e[key])]
+        return f"{sum(values) / len(values):.3f}" if values else "—"
+
+    lines = [
+        "",
+        "## Process signal vs final verification (SPEC §6)",
+        "",
+        "Means over every logged training step of every seed. corr: point-biserial correlation between an answer's "
+        "mean step signal and its final verification; positive in failed: fraction of the spans of finally failing "
+        "answers that got a positive process advantage; flagged: fraction of spans flagged by the hack detectors "
+        "(unrelated or trivial steps); divergence: fraction of steps where the process signal rose while the final "
+        "pass rate fell over the window. Per-step values: process_metrics.csv.",
+        "",
+        "| variant | steps | corr(step signal, final) | positive in failed | signal mean | train pass rate | flagged "
+        "| divergence |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, entries in by_name.items():
+        lines.append(
+            f"| {name} | {len(entries)} | {mean(entries, 'process/corr_final/step')} | "
+            f"{mean(entries, 'process/positive_in_failed')} | {mean(entries, 'process/signal_mean')} | "
+            f"{mean(entries, 'process/pass_rate')} | {mean(entries, 'process/frac_flagged')} | "
+            f"{mean(entries, 'process/divergence')} |"
+        )
+    return lines
 
 
 def plot(records: list[dict], path: Path) -> None:

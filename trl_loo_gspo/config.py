@@ -206,6 +206,28 @@ class LooGspoConfig(GRPOConfig):
         },
     )
 
+    # Process feedback (SPEC §6, extension).
+    process_advantage_coef: float = field(
+        default=0.0,
+        metadata={
+            "help": "α of the process advantages (SPEC §6): Â_i,t = Â_i + α Â^proc_i,t, where Â^proc is a "
+            "leave-one-out baseline of the verifiers' span signals across the group (like spans compared), "
+            "broadcast to the tokens of each span. Needs a reward function that is a verifier with "
+            "emit_spans=True. 0 = off = exactly the outcome-only objective (same code path)."
+        },
+    )
+    process_divergence_window: int = field(
+        default=20,
+        metadata={
+            "help": "Steps over which the trainer compares the process signal with the final pass rate; it warns "
+            "(and logs process/divergence = 1) when the signal rises while the pass rate falls."
+        },
+    )
+    process_divergence_margin: float = field(
+        default=0.02,
+        metadata={"help": "How much both halves of the window must differ for a divergence (absolute)."},
+    )
+
     # Registration (SPEC §2).
     register_experiment: bool = field(
         default=True,
@@ -330,6 +352,10 @@ class LooGspoConfig(GRPOConfig):
                 raise ValueError(f"entropy_ema must be in [0, 1), got {self.entropy_ema}.")
             if self.entropy_calibration_steps < 1:
                 raise ValueError("entropy_calibration_steps must be >= 1.")
+        if not self.process_advantage_coef >= 0:
+            raise ValueError(f"process_advantage_coef must be >= 0, got {self.process_advantage_coef}.")
+        if self.process_divergence_window < 2 or not self.process_divergence_margin >= 0:
+            raise ValueError("process_divergence_window must be >= 2 and process_divergence_margin >= 0.")
         if self.reference_kl_logging_steps is not None and self.reference_kl_logging_steps < 1:
             raise ValueError(f"reference_kl_logging_steps must be >= 1, got {self.reference_kl_logging_steps}.")
         widening = self.entropy_k_max if self.entropy_feedback else 0.0

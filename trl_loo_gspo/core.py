@@ -227,3 +227,17 @@ def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     delta = ref_logps - logps
     # §5.1 reference KL, k3 estimator per token
     return torch.exp(delta) - delta - 1.0
+
+
+def token_response_loss(
+    s: torch.Tensor, token_advantages: torch.Tensor, epsilon_low: float, epsilon_high: float
+) -> torch.Tensor:
+    """Per-token clipped loss with one response-level ratio and per-token advantages (SPEC §6 extension).
+
+    ``ℓ_{i,t} = −min(s_i Â_{i,t}, clip(s_i, 1−ε_low, 1+ε_high) Â_{i,t})``; ``s`` is ``(B,)``, ``token_advantages``
+    ``(B, T)``. With ``Â_{i,t} = Â_i`` for every t this is :func:`response_loss` broadcast over the tokens.
+    """
+    s = s.unsqueeze(-1)
+    clipped = torch.clamp(s, 1.0 - epsilon_low, 1.0 + epsilon_high)
+    # §6 response-level ratio, token-level advantages
+    return -torch.minimum(s * token_advantages, clipped * token_advantages)

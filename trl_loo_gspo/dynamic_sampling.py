@@ -36,9 +36,10 @@ from .sampling import (
 class _Replay:
     """The final batch's answers and rewards, handed back to TRL instead of generating and scoring again."""
 
-    def __init__(self, generation: tuple, rewards_per_func: torch.Tensor) -> None:
+    def __init__(self, generation: tuple, rewards_per_func: torch.Tensor, spans: list | None = None) -> None:
         self.generation = generation
         self.rewards_per_func = rewards_per_func
+        self.spans = spans  # SPEC §6 span signals of every row (all processes), when process feedback is on
 
 
 def _row_records(generation: tuple) -> list[dict]:
@@ -182,7 +183,11 @@ class DynamicSamplingMixin(GRPOTrainer):
         finally:
             self.num_generations = saved
         rewards_per_func = self._calculate_rewards(mine, prompts, generation[3], generation[1])
-        return gather_object(_row_records(generation)), rewards_per_func
+        records = gather_object(_row_records(generation))
+        spans = getattr(self, "_last_spans", None)  # set by the reward call when process feedback is on
+        for i, record in enumerate(records):
+            record["spans"] = spans[i] if spans is not None else None
+        return records, rewards_per_func
 
     def _aligned(self, rows: list[dict]) -> tuple[list[dict], int]:
         """Pad a global row list with copies of its last row so that it splits evenly over the processes."""
@@ -356,7 +361,9 @@ class DynamicSamplingMixin(GRPOTrainer):
         sizes = [len(c["records"]) for c in chosen] + ([selection.padding_rows] if padding else [])
         self._batch_group_ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
         mine = slice(rank * local_rows, (rank + 1) * local_rows)
-        replay = _Replay(_generation_from_records(all_records[mine]), rewards_per_func)
+        replay = _Replay(
+            _generation_from_records(all_records[mine]), rewards_per_func, [r.get("spans") for r in all_records]
+        )
         return all_inputs[mine], replay, pad_rows_all[mine]
 
     def _readmit(self, needed: int) -> list[int]:

@@ -35,6 +35,7 @@ from .config import LooGspoConfig
 from .controllers import EntropyControllerState, entropy_controller_step
 from .dynamic_sampling import DynamicSamplingMixin, generated_per_effective
 from .hub import card_sections
+from .process_feedback import ProcessFeedbackMixin
 from .registration import experiment_record, split_overlap
 from .reporting import RegistrationToTrackers, SummaryTable
 
@@ -93,7 +94,7 @@ def _default_args(model: Any) -> LooGspoConfig:
     return LooGspoConfig(f"{str(name).rstrip('/').split('/')[-1]}-LooGspo")
 
 
-class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
+class LooGspoTrainer(ProcessFeedbackMixin, DynamicSamplingMixin, GRPOTrainer):
     """Drop-in replacement for ``trl.GRPOTrainer`` implementing LOO-GSPO (``SPEC.md`` §2.2, §3.2, §3.3).
 
     Same constructor as ``GRPOTrainer``; ``args`` must be a :class:`LooGspoConfig` (or ``None`` for defaults).
@@ -142,6 +143,7 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
         self.generated_tokens_total = 0
         self.effective_tokens_total = 0
         self._init_sampling()
+        self._init_process()
         self._kl_ref_model = self._reference_for_kl_logging()
         # Entropy feedback on ε_high (SPEC §5.1): state k, target H* (possibly calibrated from the first steps).
         self._base_epsilon_high = self.epsilon_high
@@ -249,6 +251,7 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards_per_func = rewards_per_func  # gathered over all processes, NaN = unscorable
+        self._collect_spans(len(completions))  # SPEC §6 span signals, when process feedback is on
         return rewards_per_func
 
     def group_ids(self, num_rows: int, num_generations: int, device: torch.device) -> torch.Tensor:
@@ -285,6 +288,7 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
         start_row = self.accelerator.process_index * local_rows
         advantages = all_advantages[start_row : start_row + local_rows]
         output["advantages"] = advantages.to(output["advantages"].dtype)
+        self._process_token_advantages(output, rewards_per_func, group_ids)  # SPEC §6; no-op when α = 0
         logged = self._logs["advantages"]  # a bounded deque: replace the entries TRL just appended
         for _ in range(min(all_advantages.numel(), len(logged))):
             logged.pop()
@@ -491,18 +495,31 @@ class LooGspoTrainer(DynamicSamplingMixin, GRPOTrainer):
 
         lengths = mask.sum(-1)
         fmask = mask.to(per_token_logps.dtype)
+        extra = None  # per-token process term ℓ_i,t − ℓ_i; 0 wherever Â_i,t = Â_i
+        process_advantages = inputs.get("process_advantages")
+        # A micro-batch without any process advantage (α = 0, or a constant signal) takes the outcome-only path:
+        # the same loss and gradient bit for bit (the per-token route would only reorder float sums).
+        if process_advantages is not None and bool(process_advantages.any()):
+            token_advantages = advantages.unsqueeze(1) + process_advantages
+            # §6 response-level ratio with per-token advantages Â_i,t = Â_i + α Â^proc_i,t
+            token_losses = core.token_response_loss(s, token_advantages, self.epsilon_low, self.epsilon_high)
+            extra = token_losses - losses.unsqueeze(1)
         per_token_loss = None
         if self.use_vllm and self.vllm_importance_sampling_correction:
-            per_token_loss = losses.unsqueeze(1) * inputs["importance_sampling_ratio"]
+            base = losses.unsqueeze(1) if extra is None else losses.unsqueeze(1) + extra
+            per_token_loss = base * inputs["importance_sampling_ratio"]
         per_token_kl = None
         if self.beta != 0.0:
             per_token_kl = core.k3_kl(per_token_logps, inputs["ref_per_token_logps"])
             if self.args.use_bias_correction_kl:
                 per_token_kl = per_token_kl * s.unsqueeze(1)
-            base = losses.unsqueeze(1) if per_token_loss is None else per_token_loss
-            per_token_loss = base + self.beta * per_token_kl
+            if per_token_loss is None:
+                per_token_loss = losses.unsqueeze(1) if extra is None else losses.unsqueeze(1) + extra
+            per_token_loss = per_token_loss + self.beta * per_token_kl
         if per_token_loss is not None:  # per-token terms: the masked row mean times T_i is the row's token sum
             row_losses = (per_token_loss * fmask).sum(-1) / lengths.clamp(min=1).to(fmask.dtype)
+        elif extra is not None:  # ℓ_i plus the row mean of the process term: exactly ℓ_i when the term is 0
+            row_losses = losses + (extra * fmask).sum(-1) / lengths.clamp(min=1).to(fmask.dtype)
         else:
             row_losses = losses
 

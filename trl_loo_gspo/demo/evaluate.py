@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from datasets import Dataset
 
@@ -18,25 +21,28 @@ def pass_rates(
     max_new_tokens: int = 6,
     batch_size: int = 512,
     seed: int = 0,
+    score: Callable[[str, dict[str, Any]], float] | None = None,
 ) -> dict[str, float]:
     """Greedy pass rate and mean sampled pass rate (``samples`` answers per problem at ``temperature``).
 
     Sampling matches training (top-k and top-p off), and is seeded without touching the caller's RNG state.
+    ``score(text, row)`` is the task's final check (default: the addition task's exact answer).
     """
+    score = score or (lambda text, row: verify(text, row["answer"]))
     was_training = model.training
     model.eval()
-    prompts, answers = list(dataset["prompt"]), list(dataset["answer"])
+    prompts, rows = list(dataset["prompt"]), [dataset[i] for i in range(len(dataset))]
     greedy = sampled = 0.0
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for start in range(0, len(prompts), batch_size):
             batch_prompts = prompts[start : start + batch_size]
-            batch_answers = answers[start : start + batch_size]
+            batch_rows = rows[start : start + batch_size]
             enc = tokenizer(batch_prompts, return_tensors="pt", padding=True, add_special_tokens=False)
             enc = {k: v.to(model.device) for k, v in enc.items()}
             common = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
             out = model.generate(**enc, do_sample=False, **common)
-            greedy += _score(tokenizer, out[:, enc["input_ids"].size(1) :], batch_answers)
+            greedy += _score(tokenizer, out[:, enc["input_ids"].size(1) :], batch_rows, score)
             if samples:
                 out = model.generate(
                     **enc,
@@ -47,13 +53,13 @@ def pass_rates(
                     num_return_sequences=samples,
                     **common,
                 )
-                repeated = [a for a in batch_answers for _ in range(samples)]
-                sampled += _score(tokenizer, out[:, enc["input_ids"].size(1) :], repeated) / samples
+                repeated = [r for r in batch_rows for _ in range(samples)]
+                sampled += _score(tokenizer, out[:, enc["input_ids"].size(1) :], repeated, score) / samples
     model.train(was_training)
     n = max(len(prompts), 1)
     return {"greedy": greedy / n, "sampled": sampled / n if samples else float("nan")}
 
 
-def _score(tokenizer, completion_ids: torch.Tensor, answers: list[str]) -> float:
+def _score(tokenizer, completion_ids: torch.Tensor, rows: list[dict], score) -> float:
     texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-    return sum(verify(text, answer) for text, answer in zip(texts, answers, strict=True))
+    return sum(score(text, row) for text, row in zip(texts, rows, strict=True))

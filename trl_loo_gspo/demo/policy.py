@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from ..tiny import char_tokenizer, tiny_qwen2
 from .evaluate import pass_rates
+from .multistep import MultiStepTask
 from .task import AdditionTask
 
 #: Bump when the way a policy is built changes, so that stale caches are not reused.
@@ -31,7 +32,7 @@ ALPHABET = "0123456789+="
 class PolicySpec:
     """Everything that determines the warm-started policy (and so its cache key)."""
 
-    task: AdditionTask = field(default_factory=AdditionTask)
+    task: AdditionTask | MultiStepTask = field(default_factory=AdditionTask)
     hidden_size: int = 128
     num_hidden_layers: int = 2
     intermediate_size: int = 512
@@ -46,6 +47,8 @@ class PolicySpec:
 
     def key(self) -> str:
         payload = {"format": POLICY_FORMAT, **asdict(self)}
+        if isinstance(self.task, MultiStepTask):  # (addition keys stay as they were: existing caches remain valid)
+            payload["task_kind"] = self.task.policy_name
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -63,7 +66,8 @@ def load_or_build_policy(
     log: Callable[[str], None] = print,
 ):
     """Return ``(model, tokenizer, info)``; ``info["cached"]`` says whether the warm start was skipped."""
-    folder = (cache_dir or default_cache_dir()) / f"addition-policy-{spec.key()}"
+    prefix = getattr(spec.task, "policy_name", "addition")
+    folder = (cache_dir or default_cache_dir()) / f"{prefix}-policy-{spec.key()}"
     meta_path = folder / "policy.json"
     if meta_path.exists() and not fresh:
         info = json.loads(meta_path.read_text())
@@ -75,7 +79,7 @@ def load_or_build_policy(
 
     log("Warm-starting the policy (supervised phase; cached for the next run)...")
     start = time.perf_counter()
-    tokenizer = char_tokenizer(ALPHABET)
+    tokenizer = char_tokenizer(getattr(spec.task, "alphabet", ALPHABET))
     model = tiny_qwen2(
         tokenizer,
         hidden_size=spec.hidden_size,
@@ -111,7 +115,10 @@ def supervised_warm_start(model, tokenizer, train, spec: PolicySpec, log: Callab
     """
     generator = torch.Generator().manual_seed(spec.seed)
     calibration = train.select(range(spec.calibration_problems))
-    texts = [p + a for p, a in zip(train["prompt"], train["answer"], strict=True)]
+    targets = train["solution"] if "solution" in train.column_names else train["answer"]
+    texts = [p + a for p, a in zip(train["prompt"], targets, strict=True)]
+    score = getattr(spec.task, "score", None)
+    max_new_tokens = getattr(spec.task, "max_new_tokens", 6)
     prompt_lengths = [len(p) for p in train["prompt"]]
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.sft_learning_rate)
     model.train()
@@ -131,7 +138,9 @@ def supervised_warm_start(model, tokenizer, train, spec: PolicySpec, log: Callab
         optimizer.step()
         optimizer.zero_grad()
         if step >= spec.sft_min_steps and step % spec.check_every == 0:
-            rate = pass_rates(model, tokenizer, calibration, samples=4, seed=spec.seed)["sampled"]
+            rate = pass_rates(
+                model, tokenizer, calibration, samples=4, seed=spec.seed, score=score, max_new_tokens=max_new_tokens
+            )["sampled"]
             log(f"  warm start step {step}: loss {loss.item():.3f}, sampled pass rate {rate:.2f}")
             if rate >= spec.target_pass_rate:
                 break

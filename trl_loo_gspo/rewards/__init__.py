@@ -6,7 +6,7 @@ in a bubblewrap sandbox).
 Every verifier is a TRL reward function.
 """
 
-from .base import ANOMALY_KINDS, Verifier, VerifierResult, completion_text
+from .base import ANOMALY_KINDS, SpanSignal, Verifier, VerifierResult, completion_text
 from .code import CodeVerifier
 from .math import MathVerifier
 from .proofs import CoqBackend, CoqVerifier, LeanBackend, ProofBackend
@@ -19,6 +19,7 @@ __all__ = [
     "LeanBackend",
     "MathVerifier",
     "ProofBackend",
+    "SpanSignal",
     "Verifier",
     "VerifierResult",
     "completion_text",

@@ -25,6 +25,39 @@ ANOMALY_KINDS = ("timeout", "sandbox_failure", "parse_failure", "verifier_except
 
 
 @dataclass
+class SpanSignal:
+    """An intermediate verifier signal on one character span of the completion text (SPEC §6).
+
+    Attributes:
+        start, end: character offsets into the completion text (``end`` exclusive).
+        value: the intermediate score in [0, 1] (1 = this step/tactic/function is right as far as the verifier can
+            tell; 0 = wrong, failed, or flagged by a hack detector).
+        kind: what the span is: ``"step"``, ``"tactic"``, ``"function"``, ``"code_block"``, ...
+        key: spans with the same key are compared across the answers of a group (``"step:0"`` with ``"step:0"``,
+            ``"function:add"`` with ``"function:add"``); defaults to ``kind``.
+        flags: hack-detector findings on this span (``"unrelated"``, ``"trivial"``, ``"unsound"``, ...); a flagged
+            span's value is 0.
+        meta: verifier-specific facts (e.g. open goals before and after a tactic).
+    """
+
+    start: int
+    end: int
+    value: float
+    kind: str
+    key: str = ""
+    flags: tuple[str, ...] = ()
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start <= self.end:
+            raise ValueError(f"span needs 0 <= start <= end, got ({self.start}, {self.end})")
+        if not 0.0 <= self.value <= 1.0:
+            raise ValueError(f"span value must be in [0, 1], got {self.value}")
+        if not self.key:
+            self.key = self.kind
+
+
+@dataclass
 class VerifierResult:
     """The outcome of verifying one completion.
 
@@ -32,13 +65,16 @@ class VerifierResult:
         score: the reward, usually in [0, 1]; ``None`` when the completion could not be scored (infrastructure).
         status: a short word: ``"pass"``, ``"fail"``, ``"partial"``, ``"unscorable"``, or a verifier-specific one.
         anomaly: one of :data:`ANOMALY_KINDS`, or ``None``.
-        details: verifier-specific facts (per-test results, extracted answer, intermediate signals of §6, ...).
+        details: verifier-specific facts (per-test results, extracted answer, ...).
+        spans: intermediate signals on spans of the completion (SPEC §6), when the verifier was asked for them
+            (``emit_spans=True``); ``None`` otherwise.
     """
 
     score: float | None
     status: str
     anomaly: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    spans: list[SpanSignal] | None = None
 
     def __post_init__(self) -> None:
         if self.anomaly is not None and self.anomaly not in ANOMALY_KINDS:
@@ -64,6 +100,9 @@ class Verifier(ABC):
     name: str = "verifier"
     #: Recorded with every experiment; bump it whenever the scoring rules change.
     version: str = "0"
+    #: Whether :meth:`verify` also fills ``VerifierResult.spans`` (SPEC §6 process feedback); off by default because
+    #: it may cost extra checker work. Verifiers that support it say so in their docstring.
+    emit_spans: bool = False
 
     def __init__(self) -> None:
         self.__name__ = self.name  # TRL names reward functions by __name__

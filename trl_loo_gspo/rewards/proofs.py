@@ -36,6 +36,34 @@ the anomaly metrics; 0.0 with anomaly ``"parse_failure"`` when no proof script c
 itself does not compile (an error located in the preamble or statement) or the verifier failed.
 
 :meth:`CoqVerifier.hack_score` is a static P_hack detector (placeholders, new axioms, statement tampering, escapes).
+
+Span signals (``CoqVerifier(emit_spans=True)``, SPEC §6)
+--------------------------------------------------------
+One ``tactic`` span per sentence of the checked script: the sentences :func:`_lex_sentences` cuts after the
+restatement, ``Proof.`` and ``Qed.`` are stripped, numbered from 0 (``key="tactic:<k>"``). **Bullets, braces and
+goal selectors belong to the sentence they precede** (``- reflexivity.``, ``} { simpl.``, ``2: auto.`` are one span
+each); a closing ``}`` at the very end with no tactic after it is a span of its own. ``start``/``end`` are offsets
+into the completion text ``verify`` receives; the span starts at the first character that is neither blank nor in a
+comment and ends after the sentence's ``.``. Value 1.0 when Coq accepted the sentence, 0.0 for the first failing
+sentence and every one after it (never run); ``meta`` = ``accepted``, ``goals_before``, ``goals_after``,
+``delta_goals`` (open goals: focused + unfocused, shelved ones not counted; ``None`` where unknown).
+
+Goals and acceptance come from **one extra** ``coqc`` run (:meth:`CoqBackend.trace_goals`, same sandbox, limits and
+timeout as the outcome check) in which ``Redirect "<random nonce>_<g>" Show.`` follows each sentence; ``coqc`` stops
+at the first error, so exactly the accepted sentences have their probe file. The outcome check is untouched and
+stays the only authority on the score (spans never change it). Measured cost (this machine, bwrap sandbox, a
+10-tactic ``induction`` proof, median of 15): 0.16 s per ``verify`` without spans, 0.23 s with (+0.07 s, ~1.45x; the
+trace run has no ``Qed``/``Print Assumptions``). A proof that times out costs two timeouts.
+
+Hack detectors: a flagged span has value 0. Flags: ``"unsound"`` (``admit``/``give_up``/``Admitted``/``Abort`` and
+``*_no_check`` tactics in that sentence), ``"new_hypothesis"`` (``Axiom``/``Hypothesis``/``Variable``/
+``Parameter``/... in the sentence, and ``assert``/``enough``/``cut``/``have``/``suff`` when that sentence or a later
+one holds a placeholder: ``assert ... by admit``, ``cut P. - ... - admit.``), ``"disallowed_axiom"`` (the sentence
+names an axiom the outcome check refused), the finding category for other screening findings, and ``"rejected"``
+on every span of a completion the screening rejected. Rejected scripts are not run, except when the only rejecting
+findings are the ``admit``/``give_up`` tactics (ordinary tactics, safe to run): then ``meta`` still shows what Coq
+did, e.g. that ``admit`` closed a goal. No script: ``spans == []``; an unlexable script: one span over all of it;
+an unscorable outcome (sandbox failure, a dataset row that does not compile): ``spans == []``.
 """
 
 from __future__ import annotations
@@ -55,16 +83,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import Verifier, VerifierResult
+from .base import SpanSignal, Verifier, VerifierResult
 
 __all__ = [
     "Availability",
     "CoqBackend",
     "CoqVerifier",
+    "GoalTrace",
     "LeanBackend",
     "ProofBackend",
     "ProofCheck",
     "ScriptFinding",
+    "SentenceTrace",
     "analyze_coq_script",
     "extract_proof_script",
 ]
@@ -207,6 +237,82 @@ class ProofCheck:
     output: str = ""
 
 
+@dataclass
+class SentenceTrace:
+    """What Coq did with one sentence of a proof script (see :meth:`CoqBackend.trace_goals`).
+
+    Attributes:
+        accepted: Coq executed it without error (``False`` for the first failing sentence and all later ones).
+        goals_before, goals_after: open goals (focused + unfocused, shelved ones not counted) before and after it;
+            ``None`` when unknown (not reached, or inside a group of sentences that shared one probe).
+    """
+
+    accepted: bool
+    goals_before: int | None
+    goals_after: int | None
+
+
+@dataclass
+class GoalTrace:
+    """The outcome of one probed run of a proof script (:meth:`CoqBackend.trace_goals`).
+
+    Attributes:
+        status: ``"complete"`` (every sentence accepted; the proof may still have open goals), ``"fail"`` (a
+            sentence failed), ``"timeout"``, ``"header_error"`` (the trusted preamble/statement did not compile),
+            ``"crash"`` (checker or sandbox failure). With ``"header_error"``/``"crash"`` (and a timeout before the
+            proof started) ``sentences`` is empty.
+        sentences: one entry per sentence of :func:`_lex_sentences` (proof).
+        initial_goals: open goals right after ``Proof.``.
+    """
+
+    status: str
+    sentences: list[SentenceTrace]
+    initial_goals: int | None
+    elapsed: float = 0.0
+    error: str = ""
+
+
+_GOALS_HEADER_RE = re.compile(r"(\d+) (?:focused )?goals?(?: |$)")
+_GOAL_ENTRY_RE = re.compile(r"goal \d+ is:$")
+
+
+def _count_goals(report: str | None) -> int | None:
+    """Open goals (focused + unfocused) in the output of ``Show.`` under ``Set Printing Unfocused``; ``None`` if odd.
+
+    Formats (Coq 8.16 ``Printer.pr_open_subgoals``): ``No more goals.`` / ``All the remaining goals are on the
+    shelf.`` (0); ``This subproof is complete, but there are some unfocused goals.`` ... ``N goals`` followed by
+    the N unfocused goals (N); ``N goals`` or ``N focused goals (shelved: k)`` with the focused goals, then, when
+    there are unfocused ones, ``*** Unfocused goals:`` and one ``goal k is:`` line each (N + their number). Only
+    lines that begin outside a string literal are read — the ``"`` characters before them are even in number, as
+    Coq prints a quote inside a string as ``""`` and identifiers cannot contain one — so a goal that mentions a
+    string such as ``"\n*** Unfocused goals:\ngoal 9 is:"`` cannot change the count.
+    """
+    if not report:
+        return None
+    lines: list[str] = []
+    quotes = 0
+    for line in report.splitlines():
+        if quotes % 2 == 0:
+            lines.append(line)
+        quotes += line.count('"')
+    if not lines:
+        return None
+    if lines[0].startswith(("No more goals", "All the remaining goals are on the shelf")):
+        return 0
+    complete = lines[0].startswith("This subproof is complete")
+    headers = [(i, match) for i, match in enumerate(map(_GOALS_HEADER_RE.match, lines)) if match is not None]
+    if not headers or not (complete or headers[0][0] == 0):
+        return None  # a format this parser does not know
+    count = int(headers[0][1].group(1))
+    if complete:
+        return count
+    rest = lines[1:]
+    if "*** Unfocused goals:" in rest:
+        rest = rest[rest.index("*** Unfocused goals:") + 1 :]
+        count += sum(1 for line in rest if _GOAL_ENTRY_RE.match(line))
+    return count
+
+
 class ProofBackend(ABC):
     """A proof checker: given a trusted preamble and statement and an untrusted proof script, check it."""
 
@@ -316,6 +422,34 @@ class CoqBackend(ProofBackend):
         """``coqc --version``'s first words, e.g. ``The Coq Proof Assistant, version 8.16.1``."""
         return self._version
 
+    def _compile(
+        self, source: str, timeout: float, reports: Sequence[str]
+    ) -> tuple[RunOutcome, dict[str, str | None]]:
+        """Compile ``source`` as ``Check.v`` in a fresh sandboxed directory (the one place ``coqc`` is run).
+
+        Returns the outcome and, for each name in ``reports``, the first 64 KiB of the file ``<name>.out`` that a
+        ``Redirect "<name>" ...`` command wrote (``None`` when it was not written).
+        """
+        with tempfile.TemporaryDirectory(prefix="coq-check-") as workdir:
+            with open(os.path.join(workdir, "Check.v"), "w", encoding="utf-8") as handle:
+                handle.write(source)
+            outcome = run_limited(
+                [self.coqc, "-q", *self.coqc_args, "Check.v"],
+                workdir,
+                timeout,
+                memory_mb=self.memory_mb,
+                use_bwrap=self.use_bwrap,
+                extra_ro=self.extra_ro,
+            )
+            found: dict[str, str | None] = {}
+            for name in reports:
+                path = os.path.join(workdir, name + ".out")
+                found[name] = None
+                if os.path.exists(path):
+                    with open(path, encoding="utf-8", errors="replace") as handle:
+                        found[name] = handle.read(_OUTPUT_CAP)
+        return outcome, found
+
     def check(self, theorem: str, proof: str, timeout: float, preamble: str = "") -> ProofCheck:
         """Compile ``preamble + theorem + Proof. + proof + Qed.`` and report the theorem's assumptions."""
         name = theorem_name(theorem)
@@ -328,22 +462,8 @@ class CoqBackend(ProofBackend):
         end_line = first_proof_line + proof.count("\n") + 1  # the line of our Qed.
         nonce = "assumptions_" + secrets.token_hex(8)
         source = f'{header}{proof}\nQed.\nRedirect "{nonce}" Print Assumptions {name}.\n'
-        with tempfile.TemporaryDirectory(prefix="coq-check-") as workdir:
-            with open(os.path.join(workdir, "Check.v"), "w", encoding="utf-8") as handle:
-                handle.write(source)
-            outcome = run_limited(
-                [self.coqc, "-q", *self.coqc_args, "Check.v"],
-                workdir,
-                timeout,
-                memory_mb=self.memory_mb,
-                use_bwrap=self.use_bwrap,
-                extra_ro=self.extra_ro,
-            )
-            report_path = os.path.join(workdir, nonce + ".out")
-            report = None
-            if os.path.exists(report_path):
-                with open(report_path, encoding="utf-8", errors="replace") as handle:
-                    report = handle.read(_OUTPUT_CAP)
+        outcome, reports = self._compile(source, timeout, [nonce])
+        report = reports[nonce]
         output = (outcome.stdout + outcome.stderr).strip()
         base = {"elapsed": round(outcome.elapsed, 3), "output": output[-2000:]}
         if outcome.timed_out:
@@ -365,6 +485,69 @@ class CoqBackend(ProofBackend):
         location = _error_location(output, first_proof_line, end_line)
         status = "header_error" if location and location["region"] in ("preamble", "footer") else "fail"
         return ProofCheck(status, error=_error_excerpt(output), error_location=location, **base)
+
+    def trace_goals(self, theorem: str, proof: str, timeout: float, preamble: str = "") -> GoalTrace:
+        """Run ``proof`` once with a goal probe after every sentence: which sentences Coq accepted, and open goals.
+
+        The file is ``preamble``, ``Set Printing Unfocused.``, the statement, ``Proof.``, then the proof with
+        ``Redirect "<nonce>_<g>" Show.`` inserted after each sentence that ends in ``.`` + blank (where Coq's own
+        lexer ends a sentence, so the insertion never changes how the proof parses), ``Redirect "<nonce>_init"
+        Show.`` before it, and ``Abort.`` at the end. Sentences between two probes form one group (a ``.`` that
+        :func:`_lex_sentences` cut but Coq may not, e.g. ``x.(f)``); a group is accepted iff its probe file was
+        written, because ``coqc`` stops at the first error (or the time limit) and every later probe is missing.
+        The probe files are named with a fresh random nonce and only the probes write files (the screening rejects
+        ``Redirect`` in proofs), so nothing the proof prints can be mistaken for a probe. Sandbox and limits are
+        those of :meth:`check` (same :meth:`_compile`). ``ValueError`` when ``proof`` cannot be lexed.
+        """
+        theorem = theorem.strip()
+        if not theorem.endswith("."):
+            theorem += "."
+        sentences = _lex_sentences(proof)
+        nonce = "goals_" + secrets.token_hex(8)
+        groups: list[list[int]] = []
+        pieces: list[str] = []
+        pos = 0
+        pending: list[int] = []
+        for k, sentence in enumerate(sentences):
+            pending.append(k)
+            safe = sentence.terminated and (sentence.end == len(proof) or proof[sentence.end].isspace())
+            if safe or k == len(sentences) - 1:
+                separator = " " if safe else "\n"
+                pieces.append(f'{proof[pos : sentence.end]}{separator}Redirect "{nonce}_{len(groups)}" Show.')
+                groups.append(pending)
+                pending, pos = [], sentence.end
+        pieces.append(proof[pos:])
+        head = (preamble.strip() + "\n" if preamble.strip() else "") + "Set Printing Unfocused.\n"
+        source = f'{head}{theorem}\nProof.\nRedirect "{nonce}_init" Show.\n{"".join(pieces)}\nAbort.\n'
+        names = [f"{nonce}_init", *(f"{nonce}_{g}" for g in range(len(groups)))]
+        outcome, reports = self._compile(source, timeout, names)
+        output = (outcome.stdout + outcome.stderr).strip()
+        elapsed = round(outcome.elapsed, 3)
+        initial = reports[names[0]]
+        if not initial:  # the proof never started
+            if outcome.timed_out:
+                status = "timeout"
+            elif outcome.returncode == 1 and "Error" in output and "bwrap:" not in outcome.stderr:
+                status = "header_error"
+            else:
+                status = "crash"
+            return GoalTrace(status, [], None, elapsed, _error_excerpt(output))
+        steps: list[SentenceTrace] = [SentenceTrace(False, None, None) for _ in sentences]
+        before = _count_goals(initial)
+        running = True
+        for g, members in enumerate(groups):
+            report = reports[names[g + 1]]
+            running = running and bool(report)
+            after = _count_goals(report) if running and report else None
+            for k in members:
+                last = k == members[-1]
+                steps[k] = SentenceTrace(running, before, after if last else None)
+                before = after if last else None
+        if all(step.accepted for step in steps):
+            status = "complete"
+        else:
+            status = "timeout" if outcome.timed_out else "fail"
+        return GoalTrace(status, steps, _count_goals(initial), elapsed, "" if status == "complete" else output[-1000:])
 
 
 class LeanBackend(ProofBackend):
@@ -459,12 +642,18 @@ _COQ_TAGS = {"coq", "rocq", "v", "gallina"}
 
 def extract_proof_script(completion: str) -> str:
     """The last ````coq`` fenced block (also ``rocq``/``v``), else the last untagged one, else the whole text."""
-    blocks = [(tag.lower(), body) for tag, body in _FENCE_RE.findall(completion)]
+    return _locate_proof_script(completion)[0]
+
+
+def _locate_proof_script(completion: str) -> tuple[str, int]:
+    """:func:`extract_proof_script` and where it starts: ``completion[offset : offset + len(script)] == script``."""
+    blocks = [(match.group(1).lower(), match.group(2), match.start(2)) for match in _FENCE_RE.finditer(completion)]
     for wanted in (lambda t: t in _COQ_TAGS, lambda t: t == ""):
-        chosen = [body for tag, body in blocks if wanted(tag)]
+        chosen = [(body, start) for tag, body, start in blocks if wanted(tag)]
         if chosen:
-            return chosen[-1].strip()
-    return completion.strip()
+            body, start = chosen[-1]
+            return body.strip(), start + len(body) - len(body.lstrip())
+    return completion.strip(), len(completion) - len(completion.lstrip())
 
 
 @dataclass
@@ -683,10 +872,26 @@ def analyze_coq_script(script: str, theorem: str, preamble: str = "") -> tuple[s
     ...``/``Proof with ...``) and a trailing ``Qed.``/``Defined.`` are stripped. Every remaining sentence must be a
     tactic (see the module docstring); deny-listed words are rejected anywhere outside comments and strings.
     """
+    screening = _screen_coq_script(script, theorem, preamble)
+    return screening.body, screening.findings
+
+
+@dataclass
+class _Screening:
+    """:func:`analyze_coq_script` with its sentences: the kept (tactic) sentences of the script and their findings."""
+
+    body: str
+    findings: list[ScriptFinding]
+    sentences: list[_Sentence] = field(default_factory=list)
+    per_sentence: list[list[ScriptFinding]] = field(default_factory=list)
+    lexed: bool = True
+
+
+def _screen_coq_script(script: str, theorem: str, preamble: str = "") -> _Screening:
     try:
         sentences = _lex_sentences(script)
     except ValueError as err:
-        return script, [ScriptFinding("unlexable", "vernacular", str(err))]
+        return _Screening(script, [ScriptFinding("unlexable", "vernacular", str(err))], lexed=False)
     findings: list[ScriptFinding] = []
     preamble_sentences: set[str] = set()
     try:
@@ -711,23 +916,81 @@ def analyze_coq_script(script: str, theorem: str, preamble: str = "") -> tuple[s
         keep.pop(0)
     if keep and keep[-1].code in ("Qed", "Defined"):
         keep.pop()
+    per_sentence: list[list[ScriptFinding]] = []
     for sentence in keep:
+        own: list[ScriptFinding] = []
         head = _sentence_head(sentence.code)
         if head and not (head[0].islower() and head[0].isascii() or head[0] in "(["):
             word = _IDENT_RE.match(head)
             token = word.group(0) if word else head[:20]
             category = _WORD_CATEGORY.get(token, "vernacular")
-            findings.append(ScriptFinding(f"not_a_tactic:{token}", category, sentence.code[:200]))
+            own.append(ScriptFinding(f"not_a_tactic:{token}", category, sentence.code[:200]))
         for word in _IDENT_RE.findall(sentence.code):
             if word in _WORD_CATEGORY:
-                findings.append(ScriptFinding(f"forbidden_word:{word}", _WORD_CATEGORY[word], sentence.code[:200]))
+                own.append(ScriptFinding(f"forbidden_word:{word}", _WORD_CATEGORY[word], sentence.code[:200]))
             elif word in _NO_CHECK_TACTICS:
-                findings.append(ScriptFinding(f"no_check:{word}", "kernel_bypass", sentence.code[:200], False))
+                own.append(ScriptFinding(f"no_check:{word}", "kernel_bypass", sentence.code[:200], False))
         for string in sentence.strings:
             if any(marker in string.lower() for marker in _SPOOF_MARKERS):
-                findings.append(ScriptFinding("output_spoofing", "output_spoofing", string[:200], False))
+                own.append(ScriptFinding("output_spoofing", "output_spoofing", string[:200], False))
+        findings.extend(own)
+        per_sentence.append(own)
     body = script[keep[0].start : keep[-1].end] if keep else ""
-    return body.strip(), findings
+    return _Screening(body.strip(), findings, keep, per_sentence)
+
+
+def _code_start(src: str, start: int, end: int) -> int:
+    """The first position in ``src[start:end]`` that is neither blank nor inside a comment (``end`` if none)."""
+    i = start
+    while i < end:
+        if src[i].isspace():
+            i += 1
+        elif src.startswith("(*", i):
+            depth, i = 1, i + 2
+            while i < end and depth:
+                if src.startswith("(*", i):
+                    depth, i = depth + 1, i + 2
+                elif src.startswith("*)", i):
+                    depth, i = depth - 1, i + 2
+                elif src[i] == '"':
+                    j = _skip_string(src, i)
+                    i = end if j < 0 else j
+                else:
+                    i += 1
+        else:
+            break
+    return min(i, end)
+
+
+#: Span flag of each finding category (SPEC §6 hack detectors on the span signal).
+_SPAN_FLAG = {
+    "placeholder": "unsound",
+    "kernel_bypass": "unsound",
+    "new_axiom": "new_hypothesis",
+}
+#: Tactics that add a hypothesis whose proof is a separate goal (``assert``/``cut``-then-``admit``).
+_HYPOTHESIS_TACTICS = frozenset({"assert", "eassert", "enough", "eenough", "cut", "have", "suff"})
+#: Rejections that still leave a script safe to run for the goal trace (ordinary tactics, just unsound).
+_RUNNABLE_REJECTIONS = frozenset({"forbidden_word:admit", "forbidden_word:give_up"})
+
+
+def _span_flags(screening: _Screening, rejected: bool, disallowed: Sequence[str]) -> list[tuple[str, ...]]:
+    """The hack-detector flags of each kept sentence ("Span signals" in the module docstring)."""
+    placeholder_at = [
+        k for k, own in enumerate(screening.per_sentence) if any(f.category == "placeholder" for f in own)
+    ]
+    axioms = {axiom.rsplit(".", 1)[-1] for axiom in disallowed}
+    result: list[tuple[str, ...]] = []
+    for k, (sentence, own) in enumerate(zip(screening.sentences, screening.per_sentence, strict=True)):
+        flags = ["rejected"] if rejected else []
+        flags += [_SPAN_FLAG.get(f.category, f.category) for f in own]
+        head = _IDENT_RE.match(_sentence_head(sentence.code))
+        if head and head.group(0) in _HYPOTHESIS_TACTICS and any(j >= k for j in placeholder_at):
+            flags.append("new_hypothesis")
+        if axioms & set(_IDENT_RE.findall(sentence.code)):
+            flags.append("disallowed_axiom")
+        result.append(tuple(dict.fromkeys(flags)))
+    return result
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -745,6 +1008,8 @@ class CoqVerifier(Verifier):
         backend: a :class:`CoqBackend`; built with ``sandbox``/``memory_mb`` when omitted (``RuntimeError`` with the
             install command when ``coqc`` is missing).
         max_workers: parallel ``coqc`` processes in :meth:`verify_batch`.
+        emit_spans: also fill ``VerifierResult.spans`` with one ``tactic`` span per proof sentence (see "Span
+            signals" in the module docstring); costs one extra sandboxed ``coqc`` run per scored completion.
     """
 
     name = "coq"
@@ -759,8 +1024,10 @@ class CoqVerifier(Verifier):
         max_workers: int | None = None,
         sandbox: str = "auto",
         memory_mb: int = 4096,
+        emit_spans: bool = False,
     ) -> None:
         super().__init__()
+        self.emit_spans = emit_spans
         self.backend = backend if backend is not None else CoqBackend(sandbox=sandbox, memory_mb=memory_mb)
         self.allowed_axioms = tuple(allowed_axioms)
         self.timeout = timeout
@@ -770,14 +1037,21 @@ class CoqVerifier(Verifier):
         return any(axiom == a or a.endswith("." + axiom) or axiom.endswith("." + a) for a in self.allowed_axioms)
 
     def verify(self, completion: str, **columns: Any) -> VerifierResult:
-        """Extract, screen and check the proof; see the module docstring for the scoring rules."""
+        """Extract, screen and check the proof (see the module docstring); with ``emit_spans``, also the spans."""
         theorem = columns.get("theorem")
         if not isinstance(theorem, str) or not theorem.strip():
             raise ValueError("CoqVerifier needs a non-empty 'theorem' column")
         preamble = columns.get("preamble") or ""
+        raw, offset = _locate_proof_script(completion)
+        screening = _screen_coq_script(raw, theorem, preamble)
+        result = self._score(theorem, preamble, screening.body, screening.findings)
+        if self.emit_spans:
+            result.spans = self._spans(theorem, preamble, raw, offset, screening, result)
+        return result
+
+    def _score(self, theorem: str, preamble: str, script: str, findings: list[ScriptFinding]) -> VerifierResult:
+        """The outcome score of a screened script: the final ``coqc`` check with ``Print Assumptions``."""
         name = theorem_name(theorem)
-        raw = extract_proof_script(completion)
-        script, findings = analyze_coq_script(raw, theorem, preamble)
         details: dict[str, Any] = {"theorem_name": name, "findings": [f.__dict__ for f in findings]}
         rejected = [f for f in findings if f.reject]
         if rejected:
@@ -809,6 +1083,54 @@ class CoqVerifier(Verifier):
             details["reason"] = "the proof depends on assumptions outside the allow-list"
             return VerifierResult(0.0, "fail", None, details)
         return VerifierResult(1.0, "pass", None, details)
+
+    def _spans(
+        self, theorem: str, preamble: str, raw: str, offset: int, screening: _Screening, result: VerifierResult
+    ) -> list[SpanSignal]:
+        """One ``tactic`` span per kept sentence of the script (see the class docstring); ``[]`` without a script."""
+        if not raw:
+            return []
+        rejected = result.status == "rejected"
+        empty_meta = {"accepted": False, "goals_before": None, "goals_after": None, "delta_goals": None}
+        if not screening.lexed:
+            flags = ("rejected", "unlexable")
+            return [SpanSignal(offset, offset + len(raw), 0.0, "tactic", "tactic:0", flags, dict(empty_meta))]
+        sentences = screening.sentences
+        if not sentences:
+            return []
+        if result.score is None:  # the row itself is unscorable: no signal
+            result.details["spans_error"] = "not traced: the outcome check was unscorable"
+            return []
+        trace: GoalTrace | None = None
+        if not rejected or all(f.rule in _RUNNABLE_REJECTIONS for f in screening.findings if f.reject):
+            trace = self.backend.trace_goals(theorem, screening.body, self.timeout, preamble=preamble)
+            result.details["spans_elapsed"] = trace.elapsed
+            if trace.status in ("header_error", "crash") or len(trace.sentences) != len(sentences):
+                result.details["spans_error"] = f"goal trace failed ({trace.status}): {trace.error[:300]}"
+                if not rejected:
+                    return []
+                trace = None
+        # The outcome check compiled the whole script (it passed, or only its assumptions were refused): every
+        # sentence was accepted, whatever a separate trace run that ran out of time says.
+        compiled = result.score == 1.0 or "disallowed_axioms" in result.details
+        if compiled and trace is not None and trace.status != "complete":
+            result.details["spans_error"] = f"goal trace incomplete ({trace.status}) on a script that compiled"
+        disallowed = result.details.get("disallowed_axioms") or []
+        flags_of = _span_flags(screening, rejected, disallowed)
+        spans: list[SpanSignal] = []
+        for k, (sentence, flags) in enumerate(zip(sentences, flags_of, strict=True)):
+            step = trace.sentences[k] if trace is not None else SentenceTrace(False, None, None)
+            before, after = step.goals_before, step.goals_after
+            meta = {
+                "accepted": step.accepted or compiled,
+                "goals_before": before,
+                "goals_after": after,
+                "delta_goals": after - before if before is not None and after is not None else None,
+            }
+            value = 1.0 if meta["accepted"] and not flags else 0.0
+            start = offset + _code_start(raw, sentence.start, sentence.end)
+            spans.append(SpanSignal(start, offset + sentence.end, value, "tactic", f"tactic:{k}", flags, meta))
+        return spans
 
     def verify_batch(self, completions: list[str], columns: list[dict[str, Any]]) -> list[VerifierResult]:
         """Check in parallel (``max_workers`` processes); each row through :meth:`safe_verify`."""
