@@ -207,21 +207,13 @@ def _build_recipe_run(plan: AblationPlan, name: str, overrides: dict, is_baselin
 
 
 def _train_to_budget(plan, trainer, validation_cb, verifier, name, overrides, is_baseline, seed, progress, extra):
-    from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
+
+    from .budget import RolloutTokenBudget
 
     trainer.remove_callback(PrinterCallback)
     budget = plan.rollout_tokens
-
-    class _Budget(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            if progress is not None:
-                progress(min(trainer.generated_tokens_total, budget))
-            if trainer.generated_tokens_total >= budget:
-                control.should_training_stop = True
-            return control
-
-    trainer.add_callback(_Budget())
+    trainer.add_callback(RolloutTokenBudget(trainer, budget, progress))
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start

@@ -25,7 +25,6 @@ from trl import GRPOTrainer
 from .sampling import (
     RefillSampler,
     allocate_group_sizes,
-    budget_reached,
     due_for_recheck,
     group_decisions,
     refill_prompt_count,
@@ -424,10 +423,6 @@ class DynamicSamplingMixin(GRPOTrainer):
         counters["padded_rows"] += selection.padding_rows
         counters["surplus_groups"] += surplus
         counters["rounds"] += rounds
-
-    # ------------------------------------------------------------------ rollout-token budget
-    def _budget_spent(self) -> bool:
-        return budget_reached(self.generated_tokens_total, self.args.rollout_token_budget)
 
 
 def generated_per_effective(generated: int, effective: int) -> float:

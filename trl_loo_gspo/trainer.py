@@ -25,12 +25,12 @@ from typing import Any
 import torch
 from accelerate.utils import DistributedType, is_peft_model
 from datasets import IterableDataset
-from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import use_adapter
 
 from . import core
+from .budget import RolloutTokenBudget
 from .config import LooGspoConfig
 from .controllers import EntropyControllerState, entropy_controller_step
 from .dynamic_sampling import DynamicSamplingMixin, generated_per_effective
@@ -40,20 +40,6 @@ from .registration import experiment_record, split_overlap
 from .reporting import RegistrationToTrackers, SummaryTable
 
 _STATE_FILE = "loo_gspo_state.json"
-
-
-class _RolloutTokenBudget(TrainerCallback):
-    """Stops training cleanly once ``rollout_token_budget`` generated tokens are spent (saves if saving is on)."""
-
-    def __init__(self, trainer: LooGspoTrainer) -> None:
-        self.trainer = trainer
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.trainer._budget_spent():
-            control.should_training_stop = True
-            control.should_log = True
-            control.should_save = args.save_strategy != "no"
-        return control
 
 
 # Model-input keys TRL forwards to `_get_per_token_logps_and_entropies` (multimodal models).
@@ -152,7 +138,7 @@ class LooGspoTrainer(ProcessFeedbackMixin, DynamicSamplingMixin, GRPOTrainer):
         self._entropy_calibration: list[float] = []
         if args.entropy_feedback:
             self.epsilon_high = self._base_epsilon_high + self.entropy_state.k
-        self.add_callback(_RolloutTokenBudget(self))
+        self.add_callback(RolloutTokenBudget(self))  # reads args.rollout_token_budget
         self.data_source: dict[str, Any] | None = None  # dataset name/revision/split, recorded at registration
         self.experiment_record: dict[str, Any] | None = None
         self._merge_for_push = False
