@@ -2,8 +2,8 @@
 
 A row of a proof dataset supplies the statement (column ``theorem``, e.g. ``Theorem add_0_r : forall n : nat, n + 0
 = n.``) and optionally a ``preamble`` (``Require Import``/``Definition`` sentences the statement needs). Both are
-trusted. The completion supplies only a *proof script*: the last fenced ````coq`` block (else the last untagged fence,
-else the whole completion). :class:`CoqVerifier` builds the file
+trusted. The completion supplies only a *proof script* (located by
+:func:`~trl_loo_gspo.rewards.coq_script.extract_proof_script`). :class:`CoqVerifier` builds the file
 
 .. code-block:: coq
 
@@ -17,16 +17,10 @@ else the whole completion). :class:`CoqVerifier` builds the file
 runs ``coqc`` on it in a resource-limited sandbox and scores 1.0 when ``coqc`` accepts it and the theorem depends on
 no axiom outside ``allowed_axioms`` (empty by default: the output must be "Closed under the global context").
 
-**The proof script must be tactics only** (documented, conservative). It is cut into sentences (comments and strings
-lexed as Coq does; a ``.`` is taken as a terminator in every place Coq might take it, so the cut errs toward *more*
-sentences) and every sentence, after bullets (``-``/``+``/``*``), braces and goal selectors (``2:``, ``all:``),
-must start with a lowercase letter, ``(`` or ``[`` — every Coq vernacular command starts with an uppercase letter or
-``#[``, so ``Qed``/``Axiom``/``Require``/``Load``/``Redirect``/``Set``/``Drop``/``Declare ML Module`` ... can never
-start a sentence. As a second, independent layer, a deny-list of vernacular keywords (``Admitted``, ``Axiom``,
-``Theorem``, ``Reset``, ``Load``, ``Require``, ...) and of tactics (``admit``, ``give_up``, ``native_compute``) is
-rejected wherever it occurs outside comments and strings. A completion that restates the dataset's preamble and
-theorem verbatim (``Theorem add_0_r : ... . Proof. ... Qed.``, the usual format) is accepted: the verbatim restatement
-and the ``Proof.``/``Qed.`` delimiters are stripped; a *different* statement is rejected as tampering.
+The script is screened first, without running Coq; the rules (**tactics only**, a deny-list of vernacular keywords
+and unsound tactics, a verbatim restatement of the dataset's preamble and theorem is stripped) are documented in
+:mod:`trl_loo_gspo.rewards.coq_script`. ``coqc`` runs through :func:`~trl_loo_gspo.rewards.limited_run.run_limited`
+(rlimits, process-group timeout, scrubbed environment, bubblewrap when available).
 
 Scoring: 1.0 pass; 0.0 fail (rule rejection, ``coqc`` error, incomplete proof, disallowed assumptions, memory or
 output limit); 0.0 with anomaly ``"timeout"`` when the check runs out of time — a proof that does not finish in the
@@ -70,13 +64,11 @@ from __future__ import annotations
 
 import os
 import re
-import resource
 import secrets
 import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -84,6 +76,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .base import SpanSignal, Verifier, VerifierResult
+from .coq_script import (
+    _RUNNABLE_REJECTIONS,
+    _STATEMENT_RE,
+    HACK_WEIGHTS,
+    ScriptFinding,
+    _code_start,
+    _lex_sentences,
+    _locate_proof_script,
+    _screen_coq_script,
+    _Screening,
+    _span_flags,
+    _strip_comments,
+    analyze_coq_script,
+    extract_proof_script,
+)
+from .limited_run import _OUTPUT_CAP, RunOutcome, run_limited
 
 __all__ = [
     "Availability",
@@ -105,97 +113,6 @@ LEAN_INSTALL_HINT = (
     " so that `lean` (and `lake` for Mathlib projects) is on PATH, or point a future REPL-server backend at a running"
     " Lean REPL"
 )
-_OUTPUT_CAP = 64 * 1024  # bytes of coqc output kept
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Sandboxed process runner (self-contained: rlimits, process-group timeout, temp dir, scrubbed env, optional bwrap)
-# --------------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RunOutcome:
-    """What one sandboxed command did."""
-
-    returncode: int | None
-    stdout: str
-    stderr: str
-    timed_out: bool
-    elapsed: float
-
-
-def _bwrap_prefix(workdir: str, extra_ro: Sequence[str]) -> list[str]:
-    """A bubblewrap command line: no network/IPC/PID sharing, read-only system dirs, only ``workdir`` writable."""
-    args = ["bwrap", "--unshare-all", "--die-with-parent", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for path in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", *extra_ro):
-        args += ["--ro-bind-try", path, path]
-    return [*args, "--bind", workdir, workdir, "--chdir", workdir]
-
-
-def run_limited(
-    argv: Sequence[str],
-    workdir: str,
-    timeout: float,
-    *,
-    memory_mb: int | None = 4096,
-    file_size_mb: int = 16,
-    nproc: int | None = None,
-    use_bwrap: bool = False,
-    extra_ro: Sequence[str] = (),
-) -> RunOutcome:
-    """Run ``argv`` in ``workdir`` with rlimits, a scrubbed environment and a wall-clock timeout.
-
-    The child starts a new session; on timeout the whole process group is killed (``SIGKILL``). ``RLIMIT_CPU`` is
-    the timeout rounded up plus one second; ``RLIMIT_AS``/``RLIMIT_FSIZE`` bound memory and written files;
-    ``RLIMIT_NPROC`` is off by default (it counts every thread of the user, and Coq tactics cannot spawn processes).
-    stdout/stderr go to files in ``workdir`` (size-limited by ``RLIMIT_FSIZE``), of which the first 64 KiB are read.
-    """
-    cpu = int(timeout) + 2
-
-    def limits() -> None:  # runs in the child between fork and exec
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-        if memory_mb is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_mb << 20, file_size_mb << 20))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if nproc is not None:
-            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8", "TMPDIR": workdir}
-    command = [*(_bwrap_prefix(workdir, extra_ro) if use_bwrap else []), *argv]
-    out_path, err_path = os.path.join(workdir, ".stdout"), os.path.join(workdir, ".stderr")
-    start = time.monotonic()
-    timed_out = False
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(
-            command,
-            cwd=workdir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-            preexec_fn=limits,
-        )
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-    elapsed = time.monotonic() - start
-
-    def read(path: str) -> str:
-        with open(path, "rb") as handle:
-            return handle.read(_OUTPUT_CAP).decode("utf-8", "replace")
-
-    rc = proc.returncode
-    if rc in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
-        timed_out = True
-    return RunOutcome(rc, read(out_path), read(err_path), timed_out, elapsed)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -330,19 +247,6 @@ class ProofBackend(ABC):
     @abstractmethod
     def check(self, theorem: str, proof: str, timeout: float, preamble: str = "") -> ProofCheck:
         """Check ``proof`` (a tactic script, already screened by the verifier) against ``theorem``."""
-
-
-_STATEMENT_KEYWORDS = (
-    "Theorem",
-    "Lemma",
-    "Fact",
-    "Remark",
-    "Corollary",
-    "Proposition",
-    "Property",
-    "Example",
-)
-_STATEMENT_RE = re.compile(r"^\s*(?:" + "|".join(_STATEMENT_KEYWORDS) + r")\s+([A-Za-z_][\w']*)(?![\w'])(.*)$", re.S)
 
 
 def theorem_name(theorem: str) -> str:
@@ -630,367 +534,6 @@ def _error_location(output: str, first_proof_line: int, end_line: int) -> dict[s
 def _error_excerpt(output: str) -> str:
     index = output.find("Error")
     return (output[index:] if index >= 0 else output)[:1000].strip()
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Proof-script extraction and static screening
-# --------------------------------------------------------------------------------------------------------------------
-
-_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
-_COQ_TAGS = {"coq", "rocq", "v", "gallina"}
-
-
-def extract_proof_script(completion: str) -> str:
-    """The last ````coq`` fenced block (also ``rocq``/``v``), else the last untagged one, else the whole text."""
-    return _locate_proof_script(completion)[0]
-
-
-def _locate_proof_script(completion: str) -> tuple[str, int]:
-    """:func:`extract_proof_script` and where it starts: ``completion[offset : offset + len(script)] == script``."""
-    blocks = [(match.group(1).lower(), match.group(2), match.start(2)) for match in _FENCE_RE.finditer(completion)]
-    for wanted in (lambda t: t in _COQ_TAGS, lambda t: t == ""):
-        chosen = [(body, start) for tag, body, start in blocks if wanted(tag)]
-        if chosen:
-            body, start = chosen[-1]
-            return body.strip(), start + len(body) - len(body.lstrip())
-    return completion.strip(), len(completion) - len(completion.lstrip())
-
-
-@dataclass
-class _Sentence:
-    code: str  # comments removed, string contents replaced by ""
-    start: int
-    end: int
-    strings: list[str]
-    terminated: bool = True
-
-
-def _skip_string(src: str, i: int) -> int:
-    """Index after the Coq string starting at ``src[i] == '"'`` (``""`` escapes a quote); -1 if unterminated."""
-    j = i + 1
-    while True:
-        k = src.find('"', j)
-        if k < 0:
-            return -1
-        if src.startswith('""', k):
-            j = k + 2
-            continue
-        return k + 1
-
-
-def _lex_sentences(src: str) -> list[_Sentence]:
-    """Cut a Coq script into sentences; ``ValueError`` on an unterminated comment or string.
-
-    A ``.`` ends a sentence unless it is followed by an identifier character or another ``.`` — Coq needs a blank
-    or the end of input, so this cuts at least wherever Coq does (more sentences, never fewer).
-    """
-    sentences: list[_Sentence] = []
-    code: list[str] = []
-    strings: list[str] = []
-    start = i = 0
-    n = len(src)
-    while i < n:
-        if src.startswith("(*", i):
-            depth, i = 1, i + 2
-            while i < n and depth:
-                if src.startswith("(*", i):
-                    depth, i = depth + 1, i + 2
-                elif src.startswith("*)", i):
-                    depth, i = depth - 1, i + 2
-                elif src[i] == '"':
-                    i = _skip_string(src, i)
-                    if i < 0:
-                        raise ValueError("unterminated string inside a comment")
-                else:
-                    i += 1
-            if depth:
-                raise ValueError("unterminated comment")
-            code.append(" ")
-            continue
-        char = src[i]
-        if char == '"':
-            j = _skip_string(src, i)
-            if j < 0:
-                raise ValueError("unterminated string")
-            strings.append(src[i + 1 : j - 1].replace('""', '"'))
-            code.append('""')
-            i = j
-            continue
-        if char == ".":
-            nxt = src[i + 1] if i + 1 < n else ""
-            if nxt and (nxt == "." or nxt.isalnum() or nxt in "_'"):
-                code.append(char)
-                i += 1
-                continue
-            sentences.append(_Sentence("".join(code).strip(), start, i + 1, strings))
-            code, strings = [], []
-            i += 1
-            start = i
-            continue
-        code.append(char)
-        i += 1
-    rest = "".join(code).strip()
-    if rest or strings:
-        sentences.append(_Sentence(rest, start, n, strings, terminated=False))
-    return sentences
-
-
-def _strip_comments(src: str) -> str:
-    try:
-        return " ".join(s.code + ("." if s.terminated else "") for s in _lex_sentences(src))
-    except ValueError:
-        return src
-
-
-_SELECTOR_RE = re.compile(
-    r"^(?:\d+(?:\s*-\s*\d+)?(?:\s*,\s*\d+(?:\s*-\s*\d+)?)*|all|par|!|\[\s*[A-Za-z_][\w']*\s*\])\s*:(?!=)"
-)
-_BULLET_RE = re.compile(r"^(?:[-+*]+|[{}])")
-_IDENT_RE = re.compile(r"[A-Za-z_\u00c0-\uffff][\w'\u00c0-\uffff]*")
-
-#: Words rejected anywhere outside comments and strings, by P_hack category.
-_DENIED_WORDS: dict[str, tuple[str, ...]] = {
-    "placeholder": ("Admitted", "admit", "give_up", "Abort", "Admit"),
-    "new_axiom": (
-        "Axiom",
-        "Axioms",
-        "Parameter",
-        "Parameters",
-        "Hypothesis",
-        "Hypotheses",
-        "Variable",
-        "Variables",
-        "Conjecture",
-        "Context",
-    ),
-    "statement_tampering": (
-        *_STATEMENT_KEYWORDS,
-        "Goal",
-        "Definition",
-        "Fixpoint",
-        "CoFixpoint",
-        "Inductive",
-        "CoInductive",
-        "Instance",
-        "Let",
-        "Qed",
-        "Defined",
-        "Save",
-        "Proof",
-        "Reset",
-        "Back",
-        "BackTo",
-        "Undo",
-        "Restart",
-        "Module",
-        "Section",
-        "End",
-        "Notation",
-        "Infix",
-        "Ltac",
-        "Ltac2",
-        "Obligation",
-        "Unset",
-        "Local",
-        "Global",
-        "Opaque",
-        "Transparent",
-        "Hint",
-        "Arguments",
-        "Canonical",
-        "Coercion",
-        "Import",
-        "Export",
-        "Include",
-        "Register",
-        "Primitive",
-    ),
-    "escape": (
-        "Load",
-        "Require",
-        "Declare",
-        "Redirect",
-        "Cd",
-        "Drop",
-        "Extract",
-        "Extraction",
-        "Time",
-        "Timeout",
-        "Fail",
-        "Succeed",
-        "Add",
-        "Quit",
-        "external",
-        "native_compute",
-        "native_cast_no_check",
-    ),
-}
-_WORD_CATEGORY = {word: category for category, words in _DENIED_WORDS.items() for word in words}
-#: Tactics that skip type checking until Qed (the kernel still checks them): suspicious, not rejected.
-_NO_CHECK_TACTICS = ("exact_no_check", "vm_cast_no_check", "change_no_check")
-_SPOOF_MARKERS = ("closed under the global context", "axioms:")
-#: P_hack weight of each finding category.
-HACK_WEIGHTS = {
-    "placeholder": 1.0,
-    "new_axiom": 1.0,
-    "statement_tampering": 1.0,
-    "escape": 1.0,
-    "output_spoofing": 0.8,
-    "kernel_bypass": 0.5,
-    "vernacular": 0.3,
-}
-
-
-@dataclass
-class ScriptFinding:
-    """One suspicious construct in a proof script. ``reject`` findings make the verifier score 0."""
-
-    rule: str
-    category: str
-    excerpt: str
-    reject: bool = True
-
-
-def _normalize(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip().rstrip(".").strip()
-
-
-def _sentence_head(code: str) -> str:
-    """The sentence with leading bullets, braces and goal selectors removed."""
-    text = code.strip()
-    while True:
-        match = _BULLET_RE.match(text) or _SELECTOR_RE.match(text)
-        if match is None:
-            return text
-        text = text[match.end() :].lstrip()
-
-
-def analyze_coq_script(script: str, theorem: str, preamble: str = "") -> tuple[str, list[ScriptFinding]]:
-    """Screen a proof script: return the script to check (restatement and delimiters stripped) and the findings.
-
-    A leading verbatim copy of preamble sentences and of the statement, a leading ``Proof.`` (also ``Proof using
-    ...``/``Proof with ...``) and a trailing ``Qed.``/``Defined.`` are stripped. Every remaining sentence must be a
-    tactic (see the module docstring); deny-listed words are rejected anywhere outside comments and strings.
-    """
-    screening = _screen_coq_script(script, theorem, preamble)
-    return screening.body, screening.findings
-
-
-@dataclass
-class _Screening:
-    """:func:`analyze_coq_script` with its sentences: the kept (tactic) sentences of the script and their findings."""
-
-    body: str
-    findings: list[ScriptFinding]
-    sentences: list[_Sentence] = field(default_factory=list)
-    per_sentence: list[list[ScriptFinding]] = field(default_factory=list)
-    lexed: bool = True
-
-
-def _screen_coq_script(script: str, theorem: str, preamble: str = "") -> _Screening:
-    try:
-        sentences = _lex_sentences(script)
-    except ValueError as err:
-        return _Screening(script, [ScriptFinding("unlexable", "vernacular", str(err))], lexed=False)
-    findings: list[ScriptFinding] = []
-    preamble_sentences: set[str] = set()
-    try:
-        preamble_sentences = {_normalize(s.code) for s in _lex_sentences(preamble)}
-    except ValueError:
-        pass
-    wanted = _STATEMENT_RE.match(_strip_comments(theorem))
-    keep = list(sentences)
-    while keep and _normalize(keep[0].code) in preamble_sentences and keep[0].code:
-        keep.pop(0)
-    if keep:
-        restated = _STATEMENT_RE.match(keep[0].code)
-        if restated is not None:
-            same = wanted is not None and (restated.group(1), _normalize(restated.group(2))) == (
-                wanted.group(1),
-                _normalize(wanted.group(2)),
-            )
-            if not same:
-                findings.append(ScriptFinding("statement_mismatch", "statement_tampering", keep[0].code[:200]))
-            keep.pop(0)
-    if keep and re.fullmatch(r"Proof(?:\s+(?:using|with)\b.*)?", keep[0].code, re.S):
-        keep.pop(0)
-    if keep and keep[-1].code in ("Qed", "Defined"):
-        keep.pop()
-    per_sentence: list[list[ScriptFinding]] = []
-    for sentence in keep:
-        own: list[ScriptFinding] = []
-        head = _sentence_head(sentence.code)
-        if head and not (head[0].islower() and head[0].isascii() or head[0] in "(["):
-            word = _IDENT_RE.match(head)
-            token = word.group(0) if word else head[:20]
-            category = _WORD_CATEGORY.get(token, "vernacular")
-            own.append(ScriptFinding(f"not_a_tactic:{token}", category, sentence.code[:200]))
-        for word in _IDENT_RE.findall(sentence.code):
-            if word in _WORD_CATEGORY:
-                own.append(ScriptFinding(f"forbidden_word:{word}", _WORD_CATEGORY[word], sentence.code[:200]))
-            elif word in _NO_CHECK_TACTICS:
-                own.append(ScriptFinding(f"no_check:{word}", "kernel_bypass", sentence.code[:200], False))
-        for string in sentence.strings:
-            if any(marker in string.lower() for marker in _SPOOF_MARKERS):
-                own.append(ScriptFinding("output_spoofing", "output_spoofing", string[:200], False))
-        findings.extend(own)
-        per_sentence.append(own)
-    body = script[keep[0].start : keep[-1].end] if keep else ""
-    return _Screening(body.strip(), findings, keep, per_sentence)
-
-
-def _code_start(src: str, start: int, end: int) -> int:
-    """The first position in ``src[start:end]`` that is neither blank nor inside a comment (``end`` if none)."""
-    i = start
-    while i < end:
-        if src[i].isspace():
-            i += 1
-        elif src.startswith("(*", i):
-            depth, i = 1, i + 2
-            while i < end and depth:
-                if src.startswith("(*", i):
-                    depth, i = depth + 1, i + 2
-                elif src.startswith("*)", i):
-                    depth, i = depth - 1, i + 2
-                elif src[i] == '"':
-                    j = _skip_string(src, i)
-                    i = end if j < 0 else j
-                else:
-                    i += 1
-        else:
-            break
-    return min(i, end)
-
-
-#: Span flag of each finding category (SPEC §6 hack detectors on the span signal).
-_SPAN_FLAG = {
-    "placeholder": "unsound",
-    "kernel_bypass": "unsound",
-    "new_axiom": "new_hypothesis",
-}
-#: Tactics that add a hypothesis whose proof is a separate goal (``assert``/``cut``-then-``admit``).
-_HYPOTHESIS_TACTICS = frozenset({"assert", "eassert", "enough", "eenough", "cut", "have", "suff"})
-#: Rejections that still leave a script safe to run for the goal trace (ordinary tactics, just unsound).
-_RUNNABLE_REJECTIONS = frozenset({"forbidden_word:admit", "forbidden_word:give_up"})
-
-
-def _span_flags(screening: _Screening, rejected: bool, disallowed: Sequence[str]) -> list[tuple[str, ...]]:
-    """The hack-detector flags of each kept sentence ("Span signals" in the module docstring)."""
-    placeholder_at = [
-        k for k, own in enumerate(screening.per_sentence) if any(f.category == "placeholder" for f in own)
-    ]
-    axioms = {axiom.rsplit(".", 1)[-1] for axiom in disallowed}
-    result: list[tuple[str, ...]] = []
-    for k, (sentence, own) in enumerate(zip(screening.sentences, screening.per_sentence, strict=True)):
-        flags = ["rejected"] if rejected else []
-        flags += [_SPAN_FLAG.get(f.category, f.category) for f in own]
-        head = _IDENT_RE.match(_sentence_head(sentence.code))
-        if head and head.group(0) in _HYPOTHESIS_TACTICS and any(j >= k for j in placeholder_at):
-            flags.append("new_hypothesis")
-        if axioms & set(_IDENT_RE.findall(sentence.code)):
-            flags.append("disallowed_axiom")
-        result.append(tuple(dict.fromkeys(flags)))
-    return result
 
 
 # --------------------------------------------------------------------------------------------------------------------
