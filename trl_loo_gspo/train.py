@@ -91,6 +91,9 @@ class LooGspoScriptArguments(ScriptArguments):
     )
 
     def __post_init__(self) -> None:
+        parent = getattr(super(), "__post_init__", None)  # TRL's ScriptArguments may grow one
+        if parent is not None:
+            parent()
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
         if self.prompt_format not in ("auto", "conversational", "plain"):
