@@ -213,7 +213,11 @@ def _train_to_budget(plan, trainer, validation_cb, verifier, name, overrides, is
 
     trainer.remove_callback(PrinterCallback)
     budget = plan.rollout_tokens
-    trainer.add_callback(RolloutTokenBudget(trainer, budget, progress))
+    existing = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, RolloutTokenBudget)]
+    if existing:  # LooGspoTrainer has one (for rollout_token_budget): give it the plan's budget
+        existing[0].budget, existing[0].progress = budget, progress
+    else:
+        trainer.add_callback(RolloutTokenBudget(trainer, budget, progress))
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
