@@ -325,7 +325,7 @@ class DynamicSamplingMixin(GRPOTrainer):
             prompts = [self.train_dataset[i] for i in drawn]
 
         selection = select_groups(
-            [c["keep"] for c in candidates], [len(c["records"]) for c in candidates], total_rows, exhausted=True
+            [c["keep"] for c in candidates], [len(c["records"]) for c in candidates], total_rows, exhausted=exhausted
         )
         if exhausted and selection.padding_rows and args.on_sampling_exhausted == "error":
             raise RuntimeError(
