@@ -193,3 +193,19 @@ def test_process_helpers_agree_with_the_trainer_layout():
     adv = process.process_advantages(values, torch.zeros(K, dtype=torch.long))
     assert keys == ["step:0", "step:1"]
     assert adv[0].tolist() == pytest.approx([1 - 1 / 3, 1 - 0.0])  # others: step 0 right once of 3; step 1 never
+
+
+def test_safeguards_judge_final_correctness_by_the_verifier_not_the_shaped_reward(tmp_path):
+    """With a shaped reward (an overlong penalty lowers every score below 1), the pass rate the safeguards use is
+    still the verifier's own: one right answer in each group of four."""
+    from trl_loo_gspo.rewards.shaping import ShapedReward
+
+    shaped = ShapedReward(
+        MultiStepVerifier(emit_spans=True), lambda_len=0.5, max_completion_length=24, soft_punish_cache=20
+    )
+    trainer = make_trainer(tmp_path, shaped, process_advantage_coef=0.3)
+    trainer.train()
+    logs = next(h for h in trainer.state.log_history if "process/pass_rate" in h)
+    assert logs["process/pass_rate"] == pytest.approx(0.25)
+    assert logs["reward"] < 0.25  # the shaped rewards are lower: a threshold on them would see no pass at all
+    assert logs["process/corr_final/step"] > 0

@@ -57,15 +57,18 @@ class ProcessFeedbackMixin:
         if replay is not None:
             self._last_spans = replay.spans
             return
-        local: list[list] = [[] for _ in range(num_local_rows)]
-        for _, verifier in self._span_sources:
+        # Per row: the spans of every span-emitting verifier, and the first one's own (unshaped) final score.
+        local: list[dict] = [{"spans": [], "final": None} for _ in range(num_local_rows)]
+        for source, (_, verifier) in enumerate(self._span_sources):
             results = verifier.last_results
             if len(results) != num_local_rows:
                 raise RuntimeError(
                     f"{type(verifier).__name__}.last_results has {len(results)} results for {num_local_rows} rows"
                 )
             for row, result in enumerate(results):
-                local[row].extend(result.spans or [])
+                local[row]["spans"].extend(result.spans or [])
+                if source == 0:
+                    local[row]["final"] = result.score
         self._last_spans = gather_object(local)
 
     def _process_token_advantages(self, output: dict, rewards_per_func: torch.Tensor, group_ids: torch.Tensor) -> None:
@@ -73,7 +76,9 @@ class ProcessFeedbackMixin:
         if not self._process_on or self._last_spans is None:
             return
         rewards = self._combined_rewards(rewards_per_func).cpu()
-        spans = [None if math.isnan(r) else s for r, s in zip(rewards.tolist(), self._last_spans, strict=True)]
+        entries = self._last_spans
+        spans = [None if math.isnan(r) else e["spans"] for r, e in zip(rewards.tolist(), entries, strict=True)]
+        finals = torch.tensor([math.nan if e["final"] is None else float(e["final"]) for e in entries])
         values, keys = process.span_value_matrix(spans)
         advantages = process.process_advantages(values, group_ids.cpu())
         local_rows = output["completion_ids"].size(0)
@@ -92,13 +97,12 @@ class ProcessFeedbackMixin:
         output["process_advantages"] = (
             (coef * torch.stack(rows)).to(output["advantages"].dtype).to(output["advantages"].device)
         )
-        self._log_process(spans, values, keys, advantages, rewards_per_func)
+        self._log_process(spans, values, keys, advantages, finals.masked_fill(torch.isnan(rewards), math.nan))
 
-    def _log_process(self, spans, values, keys, advantages, rewards_per_func) -> None:
+    def _log_process(self, spans, values, keys, advantages, final: torch.Tensor) -> None:
+        """``final``: the first span-emitting verifier's own score per row (before any shaping); NaN = unscorable."""
         mode = "train" if self.model.training else "eval"
         metrics = self._metrics[mode]
-        index = self._span_sources[0][0]
-        final = rewards_per_func[:, index].cpu()
         scored = ~torch.isnan(final)
         passed = (final >= 1.0) & scored
         present = ~torch.isnan(values)
