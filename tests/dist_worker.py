@@ -20,10 +20,12 @@ from tests.helpers import (  # noqa: E402
     controlled_reward,
     controlled_rollout,
     make_rollout,
+    multistep_rollout,
     parity_reward,
     train_dataset,
 )
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer  # noqa: E402
+from trl_loo_gspo.demo.multistep import MultiStepTask, MultiStepVerifier  # noqa: E402
 from trl_loo_gspo.tiny import char_tokenizer  # noqa: E402
 
 
@@ -33,7 +35,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--overrides", required=True, help="JSON dict of LooGspoConfig overrides")
     parser.add_argument("--expect-processes", type=int, default=2)
-    parser.add_argument("--task", choices=["parity", "controlled"], default="parity")
+    parser.add_argument("--task", choices=["parity", "controlled", "multistep"], default="parity")
     cli = parser.parse_args()
 
     tokenizer = char_tokenizer()
@@ -42,8 +44,11 @@ def main() -> None:
     args = LooGspoConfig(**base_kwargs(cli.out + ".run", **json.loads(cli.overrides)))
     if cli.task == "parity":
         reward, dataset, rollout = parity_reward, train_dataset(), make_rollout(tokenizer, args.num_generations)
-    else:  # always-right / always-wrong / mixed prompts, for dynamic sampling
+    elif cli.task == "controlled":  # always-right / always-wrong / mixed prompts, for dynamic sampling
         reward, dataset, rollout = controlled_reward, controlled_dataset(), controlled_rollout(tokenizer, 4)
+    else:  # multi-step answers with span signals, for process feedback
+        dataset = MultiStepTask(train_problems=32, validation_problems=4, seed=1).splits()[0]
+        reward, rollout = MultiStepVerifier(emit_spans=True), multistep_rollout(tokenizer)
     trainer = LooGspoTrainer(
         model=model,
         reward_funcs=[reward],

@@ -181,6 +181,38 @@ def controlled_reward(completions, kind, **_):
     ]
 
 
+def multistep_variants(a: int, b: int, c: int) -> list[str]:
+    """Answer j of a multi-step prompt: right; right then a slip; wrong first step; true but unrelated steps."""
+    return [
+        f"{a}+{b}={a + b};{a + b}+{c}={a + b + c}",
+        f"{a}+{b}={a + b};{a + b}+{c}={a + b + c + 1}",
+        f"{a}+{b}={a + b + 1};{a + b + 1}+{c}={a + b + c + 1}",
+        "1+1=2;2+2=4",
+    ]
+
+
+def multistep_operands(prompt: str) -> list[int]:
+    return [int(x) for x in prompt.rstrip("=").split("+")]
+
+
+def multistep_rollout(tokenizer):
+    """Answer of a row = ``multistep_variants(...)[j % 4]``, j the row's position in the *global* batch (a group split
+    across processes gets the same answers as in one process)."""
+
+    def rollout(prompts, trainer):
+        out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+        offset = trainer.accelerator.process_index * len(prompts)
+        for row, prompt in enumerate(prompts):
+            text = multistep_variants(*multistep_operands(prompt))[(offset + row) % 4]
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            out["prompt_ids"].append(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+            out["completion_ids"].append(ids)
+            out["logprobs"].append([0.0] * len(ids))
+        return out
+
+    return rollout
+
+
 # A tiny warm start for demo/ablation tests: seconds instead of the real ~20 s warm start.
 TINY_POLICY = dict(
     hidden_size=32,

@@ -112,3 +112,20 @@ def test_entropy_feedback_sees_the_same_global_entropy_and_k(model_dir, tmp_path
         assert abs(a["entropy_feedback/entropy"] - b["entropy_feedback/entropy"]) < 1e-5
         assert a["entropy_feedback/k"] == pytest.approx(b["entropy_feedback/k"])
     assert logs_s[-1]["entropy_feedback/k"] > 0
+
+
+def test_process_feedback_with_a_group_split_across_processes(model_dir, tmp_path):
+    """Span signals are gathered with the rewards: a group of 8 split over 2 processes gets the same per-token
+    process advantages, safeguards and update as in one process."""
+    common = dict(process_advantage_coef=0.5, num_generations=8, max_completion_length=24)
+    two = dict(per_device_train_batch_size=2, gradient_accumulation_steps=2, steps_per_generation=2, **common)
+    one = dict(per_device_train_batch_size=8, gradient_accumulation_steps=1, steps_per_generation=1, **common)
+    dist = launch(model_dir, tmp_path / "two.pt", two, processes=2, task="multistep")
+    single = launch(model_dir, tmp_path / "one.pt", one, processes=1, task="multistep")
+    log_d, log_s = dist["logs"][0], single["logs"][0]
+    for key in ("process/positive_in_failed", "process/signal_mean", "process/pass_rate", "process/frac_flagged"):
+        assert log_d[key] == pytest.approx(log_s[key], abs=1e-12), key
+    assert 0 < log_s["process/positive_in_failed"] < 1
+    assert max(v.abs().max().item() for v in single["delta"].values()) > 1e-3
+    for name, expected in single["delta"].items():
+        torch.testing.assert_close(dist["delta"][name], expected, rtol=0, atol=1e-5, msg=f"parameter {name}")

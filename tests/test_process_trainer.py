@@ -13,40 +13,14 @@ from trl_loo_gspo import LooGspoConfig, LooGspoTrainer, core, process
 from trl_loo_gspo.demo.multistep import MultiStepTask, MultiStepVerifier, step_spans
 from trl_loo_gspo.tiny import char_tokenizer, tiny_qwen2
 
-from .helpers import base_kwargs
+from .helpers import base_kwargs, multistep_operands, multistep_rollout, multistep_variants
+
+operands, variants = multistep_operands, multistep_variants
 
 pytestmark = pytest.mark.slow
 
 ALPHABET = "0123456789+=;"
 K = 4
-
-
-def variants(a: int, b: int, c: int) -> list[str]:
-    """Answer j of a prompt: right; right then a slip; wrong first step; true but unrelated steps (a hack)."""
-    return [
-        f"{a}+{b}={a + b};{a + b}+{c}={a + b + c}",
-        f"{a}+{b}={a + b};{a + b}+{c}={a + b + c + 1}",
-        f"{a}+{b}={a + b + 1};{a + b + 1}+{c}={a + b + c + 1}",
-        "1+1=2;2+2=4",
-    ]
-
-
-def operands(prompt: str) -> list[int]:
-    return [int(x) for x in prompt.rstrip("=").split("+")]
-
-
-def make_rollout(tokenizer):
-    def rollout(prompts, trainer):
-        out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
-        for row, prompt in enumerate(prompts):
-            text = variants(*operands(prompt))[row % K]
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-            out["prompt_ids"].append(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-            out["completion_ids"].append(ids)
-            out["logprobs"].append([0.0] * len(ids))
-        return out
-
-    return rollout
 
 
 class ConstantSpans(MultiStepVerifier):
@@ -81,7 +55,7 @@ def make_trainer(tmp_path, verifier, steps=1, **overrides):
         args=LooGspoConfig(**kwargs),
         train_dataset=train,
         processing_class=tokenizer,
-        rollout_func=make_rollout(tokenizer),
+        rollout_func=multistep_rollout(tokenizer),
     )
 
 
