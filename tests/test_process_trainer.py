@@ -5,6 +5,8 @@ update equals autograd of the per-token objective, and the safeguards are logged
 from __future__ import annotations
 
 import copy
+import shutil
+import string
 
 import pytest
 import torch
@@ -183,3 +185,59 @@ def test_safeguards_judge_final_correctness_by_the_verifier_not_the_shaped_rewar
     assert logs["process/pass_rate"] == pytest.approx(0.25)
     assert logs["reward"] < 0.25  # the shaped rewards are lower: a threshold on them would see no pass at all
     assert logs["process/corr_final/step"] > 0
+
+
+COQ_ANSWERS = [
+    "```coq\nintros n. induction n as [| n IH].\n- reflexivity.\n- simpl. rewrite IH. reflexivity.\n```",
+    "```coq\nintros n. induction n as [| n IH].\n- reflexivity.\n- simpl. rewrite IH_wrong. reflexivity.\n```",
+    "```coq\nintros n. admit.\n```",
+    "no proof",
+]
+
+
+@pytest.mark.skipif(shutil.which("coqc") is None, reason="coqc not installed (apt-get install -y coq); CI installs it")
+def test_coq_tactic_spans_reach_the_token_advantages(tmp_path):
+    """Real coqc in the trainer: the right proof's first tactic is credited, the spans of the admit answer and of
+    the answer without a proof are debited, text outside the tactics gets nothing."""
+    from datasets import Dataset
+
+    from trl_loo_gspo.rewards import CoqVerifier
+
+    tokenizer = char_tokenizer(string.printable)
+    model = tiny_qwen2(tokenizer, hidden_size=32, num_hidden_layers=2, seed=0, max_position_embeddings=512)
+    rows = [{"prompt": f"prove {i}:", "theorem": "Theorem add_0_r : forall n : nat, n + 0 = n."} for i in range(8)]
+
+    def rollout(prompts, trainer):
+        out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+        offset = trainer.accelerator.process_index * len(prompts)
+        for row, prompt in enumerate(prompts):
+            ids = tokenizer(COQ_ANSWERS[(offset + row) % K], add_special_tokens=False)["input_ids"]
+            out["prompt_ids"].append(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+            out["completion_ids"].append(ids + [tokenizer.eos_token_id])
+            out["logprobs"].append([0.0] * (len(ids) + 1))
+        return out
+
+    kwargs = base_kwargs(str(tmp_path), max_completion_length=96, num_generations=K, process_advantage_coef=1.0)
+    kwargs.update(per_device_train_batch_size=4, gradient_accumulation_steps=1)
+    trainer = Capturing(
+        model=model,
+        reward_funcs=[CoqVerifier(emit_spans=True, max_workers=2)],
+        args=LooGspoConfig(**kwargs),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        rollout_func=rollout,
+    )
+    trainer.train()
+    batch = trainer.captured[0]
+    texts = tokenizer.batch_decode(batch["completion_ids"], skip_special_tokens=True)
+    adv = batch["process_advantages"]
+    right, admit, none = (texts.index(COQ_ANSWERS[j]) for j in (0, 2, 3))
+    first = COQ_ANSWERS[0].index("intros n.")
+    # tactic 0 values: right 1, wrong-later 1, admit 0 (flagged unsound), "no proof" 0 (the whole completion is the
+    # script: its one sentence fails): right gets 1 − (1 + 0 + 0) / 3
+    assert adv[right, first : first + len("intros n.")].tolist() == pytest.approx([2 / 3] * len("intros n."))
+    assert adv[right, :first].abs().sum() == 0  # the fence and text outside the tactics carry no process signal
+    for row in (admit, none):  # every span of these answers is debited
+        assert (adv[row][adv[row] != 0] < 0).all() and (adv[row] != 0).any()
+    logs = next(h for h in trainer.state.log_history if "process/flagged/unsound" in h)
+    assert logs["process/flagged/unsound"] > 0

@@ -67,3 +67,14 @@ def test_verifier_and_reward_functions_from_the_arguments():
     assert isinstance(code, CodeVerifier) and code.sandbox.limits.wall_timeout_s == 3
     with pytest.raises(ValueError, match="dotted import path"):
         build_reward_funcs(LooGspoScriptArguments(dataset_name="x", extra_reward_funcs=["nodots"]), verifier, training)
+
+
+def test_process_feedback_asks_the_verifier_for_spans():
+    from trl_loo_gspo.rewards import CoqVerifier
+
+    assert build_verifier(LooGspoScriptArguments(dataset_name="x", task="code"), emit_spans=True).emit_spans
+    assert not build_verifier(LooGspoScriptArguments(dataset_name="x", task="code")).emit_spans
+    coq = build_verifier(LooGspoScriptArguments(dataset_name="x", task="proofs"), emit_spans=True)
+    assert isinstance(coq, CoqVerifier) and coq.emit_spans
+    with pytest.raises(ValueError, match="math verifier has none"):
+        build_verifier(LooGspoScriptArguments(dataset_name="x", task="math"), emit_spans=True)

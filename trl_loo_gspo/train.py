@@ -109,16 +109,22 @@ def make_parser(prog: str = "trl-loo-gspo train"):
     return TrlParser((LooGspoScriptArguments, LooGspoConfig, ModelConfig), prog=prog)
 
 
-def build_verifier(script_args: LooGspoScriptArguments):
-    """The task's verifier (the one validation uses) — unshaped."""
+def build_verifier(script_args: LooGspoScriptArguments, emit_spans: bool = False):
+    """The task's verifier (the one validation uses) — unshaped. ``emit_spans``: also return the SPEC §6 span signals
+    (process feedback); the code and proof verifiers have them, the math verifier does not (a clear error)."""
     from .rewards import CodeVerifier, CoqVerifier, MathVerifier
 
     timeout = script_args.verifier_timeout
     if script_args.task == "math":
+        if emit_spans:
+            raise ValueError(
+                "process_advantage_coef > 0 needs span signals, and the math verifier has none (it checks the final "
+                "answer only): use task code or proofs, or a reward function of your own that emits spans."
+            )
         return MathVerifier() if timeout is None else MathVerifier(timeout_seconds=max(1, int(timeout)))
     if script_args.task == "code":
-        return CodeVerifier(partial_credit=script_args.code_partial_credit, timeout_s=timeout)
-    kwargs: dict[str, Any] = {"allowed_axioms": tuple(script_args.coq_allowed_axioms or ())}
+        return CodeVerifier(partial_credit=script_args.code_partial_credit, timeout_s=timeout, emit_spans=emit_spans)
+    kwargs: dict[str, Any] = {"allowed_axioms": tuple(script_args.coq_allowed_axioms or ()), "emit_spans": emit_spans}
     if timeout is not None:
         kwargs["timeout"] = timeout
     return CoqVerifier(**kwargs)
@@ -234,7 +240,7 @@ def build_trainer(
             f"{script_args.dataset_test_split!r} and validation_size=0): nothing will be evaluated.",
             stacklevel=2,
         )
-    verifier = build_verifier(script_args)
+    verifier = build_verifier(script_args, emit_spans=getattr(training_args, "process_advantage_coef", 0.0) > 0)
     trainer = (trainer_cls or LooGspoTrainer)(
         model=model_args.model_name_or_path,
         reward_funcs=build_reward_funcs(script_args, verifier, training_args),
