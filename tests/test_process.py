@@ -160,3 +160,21 @@ def test_a_hacked_answer_gets_no_positive_process_advantage():
     assert hacked.numel() == 3 and (hacked <= 0).all()
     assert adv[3, keys.index("step:0")] == pytest.approx(0 - 2 / 3)  # others' step 0: 1, 1, 0
     assert adv[0, keys.index("step:1")] > 0  # the honest right step is credited
+
+
+def test_streamed_char_ends_equal_prefix_decoding_or_fall_back():
+    import string
+
+    from trl_loo_gspo.tiny import char_tokenizer
+
+    tokenizer = char_tokenizer(string.printable)
+    ids = tokenizer("12+34=46; (x) ok", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+
+    def decode(batch):
+        return tokenizer.batch_decode(batch, skip_special_tokens=True)
+
+    full = decode([ids])[0]
+    streamed = process.token_char_ends_streaming(tokenizer._tokenizer, ids, full)
+    assert streamed == process.token_char_ends(decode, ids)  # the EOS adds no character
+    assert streamed[-1] == streamed[-2] == len(full)
+    assert process.token_char_ends_streaming(tokenizer._tokenizer, ids, full + " ") is None  # mismatch: fall back

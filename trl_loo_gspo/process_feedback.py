@@ -91,13 +91,23 @@ class ProcessFeedbackMixin:
             g = first + r
             ids = output["completion_ids"][r, : int(lengths[r])].tolist()
             of_key = {key: float(advantages[g, k]) for k, key in enumerate(keys)}
-            ends = process.token_char_ends(decode, ids) if spans[g] else []
+            ends = self._char_ends(decode, ids) if spans[g] else []
             rows.append(process.token_advantages(spans[g] or [], of_key, ends, width))
         coef = self.args.process_advantage_coef
         output["process_advantages"] = (
             (coef * torch.stack(rows)).to(output["advantages"].dtype).to(output["advantages"].device)
         )
         self._log_process(spans, values, keys, advantages, finals.masked_fill(torch.isnan(rewards), math.nan))
+
+    def _char_ends(self, decode, ids: list[int]) -> list[int]:
+        """Character end of each token in the completion text: streamed (linear) when the tokenizer allows it and
+        the streamed text is exactly TRL's decoded text, else by exact prefix decoding."""
+        backend = getattr(self.processing_class, "_tokenizer", None)
+        if backend is not None:
+            ends = process.token_char_ends_streaming(backend, ids, decode([ids])[0])
+            if ends is not None:
+                return ends
+        return process.token_char_ends(decode, ids)
 
     def _log_process(self, spans, values, keys, advantages, final: torch.Tensor) -> None:
         """``final``: the first span-emitting verifier's own score per row (before any shaping); NaN = unscorable."""
