@@ -224,3 +224,21 @@ TINY_POLICY = dict(
     calibration_problems=8,
     target_pass_rate=0.0,
 )
+
+
+def small_sandbox_limits(**overrides):
+    """Tight sandbox limits for the code-verifier tests (seconds, not minutes, per hostile program)."""
+    from trl_loo_gspo.rewards.sandbox import SandboxLimits
+
+    values = dict(
+        wall_timeout_s=2.0,
+        cpu_time_s=2,
+        memory_bytes=512 << 20,
+        max_processes=16,
+        file_size_bytes=4 << 20,
+        open_files=64,
+        tmpfs_bytes=8 << 20,
+        output_bytes=64 << 10,
+    )
+    values.update(overrides)
+    return SandboxLimits(**values)

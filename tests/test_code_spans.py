@@ -8,25 +8,13 @@ import pytest
 
 from trl_loo_gspo.rewards import code as code_module
 from trl_loo_gspo.rewards.code import CodeVerifier, code_bounds, code_spans, extract_code
-from trl_loo_gspo.rewards.sandbox import SandboxLimits
+
+from .helpers import small_sandbox_limits as small_limits
 
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None,
     reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap (CI installs it)",
 )
-
-
-def small_limits() -> SandboxLimits:
-    return SandboxLimits(
-        wall_timeout_s=2.0,
-        cpu_time_s=2,
-        memory_bytes=512 << 20,
-        max_processes=16,
-        file_size_bytes=4 << 20,
-        open_files=64,
-        tmpfs_bytes=8 << 20,
-        output_bytes=64 << 10,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ import pytest
 
 from trl_loo_gspo.rewards import sandbox as sandbox_module
 from trl_loo_gspo.rewards.code import CodeVerifier, extract_code, normalize_output
-from trl_loo_gspo.rewards.sandbox import SandboxLimits
+
+from .helpers import small_sandbox_limits as small_limits
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None,
@@ -24,21 +25,6 @@ pytestmark = pytest.mark.skipif(
 
 REPO = Path(__file__).resolve().parent.parent
 HOME = Path.home()
-
-
-def small_limits(**overrides) -> SandboxLimits:
-    values = dict(
-        wall_timeout_s=2.0,
-        cpu_time_s=2,
-        memory_bytes=512 << 20,
-        max_processes=16,
-        file_size_bytes=4 << 20,
-        open_files=64,
-        tmpfs_bytes=8 << 20,
-        output_bytes=64 << 10,
-    )
-    values.update(overrides)
-    return SandboxLimits(**values)
 
 
 @pytest.fixture(scope="module")

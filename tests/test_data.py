@@ -23,6 +23,8 @@ from trl_loo_gspo.registration import split_overlap
 from trl_loo_gspo.rewards.math import MathVerifier
 from trl_loo_gspo.rewards.proofs import extract_proof_script
 
+from .helpers import small_sandbox_limits
+
 ROOT = Path(__file__).resolve().parent.parent
 COQ_BASICS = ROOT / "recipes" / "data" / "coq_basics.jsonl"
 
@@ -254,25 +256,12 @@ def test_humaneval_mapper_builds_a_runnable_check():
         exec(data[1]["tests"][0], {"add": lambda x, y: x - y})
 
 
-CODE_LIMITS = dict(
-    wall_timeout_s=2.0,
-    cpu_time_s=2,
-    memory_bytes=512 << 20,
-    max_processes=16,
-    file_size_bytes=4 << 20,
-    open_files=64,
-    tmpfs_bytes=8 << 20,
-    output_bytes=64 << 10,
-)
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 def test_code_rows_scored_by_the_real_code_verifier():
     from trl_loo_gspo.rewards.code import CodeVerifier
-    from trl_loo_gspo.rewards.sandbox import SandboxLimits
 
-    verifier = CodeVerifier(limits=SandboxLimits(**CODE_LIMITS), max_workers=2)
+    verifier = CodeVerifier(limits=small_sandbox_limits(), max_workers=2)
     mbpp = prepare_dataset(Dataset.from_list(MBPP), "code")
     humaneval = prepare_dataset(Dataset.from_list(HUMANEVAL), "code")
     cases = [
