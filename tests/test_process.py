@@ -61,6 +61,8 @@ def test_token_char_ends_and_token_advantages():
     # token 0 "ab" [0,2): step:0 + block (overlaps [1,5)); token 1 "c": step:0 + block; token 2 ";": block;
     # token 3 "de" [4,6): step:1 + block; tokens 4, 5 are padding
     torch.testing.assert_close(adv, torch.tensor([0.75, 0.75, 0.25, -0.75, 0.0, 0.0], dtype=F64))
+    beyond = process.token_advantages([SpanSignal(4, 9, 1.0, "x")], {"x": 1.0}, ends, length=6)
+    assert beyond.tolist() == [0.0, 0.0, 0.0, 1.0, 0.0, 0.0]  # a span past the text stops at its last token
 
 
 def test_token_response_loss_with_constant_token_advantages_is_the_response_loss_exactly():

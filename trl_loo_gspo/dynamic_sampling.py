@@ -35,10 +35,10 @@ from .sampling import (
 class _Replay:
     """The final batch's answers and rewards, handed back to TRL instead of generating and scoring again."""
 
-    def __init__(self, generation: tuple, rewards_per_func: torch.Tensor, spans: list | None = None) -> None:
+    def __init__(self, generation: tuple, rewards_per_func: torch.Tensor, process: list | None = None) -> None:
         self.generation = generation
         self.rewards_per_func = rewards_per_func
-        self.spans = spans  # SPEC §6 span signals of every row (all processes), when process feedback is on
+        self.process = process  # SPEC §6 per row (all processes): span signals and final score, when on
 
 
 def _row_records(generation: tuple) -> list[dict]:
@@ -183,9 +183,9 @@ class DynamicSamplingMixin(GRPOTrainer):
             self.num_generations = saved
         rewards_per_func = self._calculate_rewards(mine, prompts, generation[3], generation[1])
         records = gather_object(_row_records(generation))
-        spans = getattr(self, "_last_spans", None)  # set by the reward call when process feedback is on
+        signals = getattr(self, "_last_signals", None)  # set by the reward call when process feedback is on
         for i, record in enumerate(records):
-            record["spans"] = spans[i] if spans is not None else None
+            record["process"] = signals[i] if signals is not None else None
         return records, rewards_per_func
 
     def _aligned(self, rows: list[dict]) -> tuple[list[dict], int]:
@@ -361,7 +361,7 @@ class DynamicSamplingMixin(GRPOTrainer):
         self._batch_group_ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
         mine = slice(rank * local_rows, (rank + 1) * local_rows)
         replay = _Replay(
-            _generation_from_records(all_records[mine]), rewards_per_func, [r.get("spans") for r in all_records]
+            _generation_from_records(all_records[mine]), rewards_per_func, [r.get("process") for r in all_records]
         )
         return all_inputs[mine], replay, pad_rows_all[mine]
 

@@ -15,6 +15,7 @@ trainer logs every step.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Sequence
 
@@ -97,14 +98,16 @@ def token_advantages(
     Overlapping spans (a function inside a code block) add up; tokens outside every span get 0.
     """
     out = torch.zeros(length, dtype=torch.float64)
-    starts = [0, *char_ends[:-1]]
+    ends = list(char_ends[:length])
     for span in spans:
         value = advantage_of_key.get(span.key, 0.0)
-        if value == 0.0:
+        if value == 0.0 or span.end <= span.start:
             continue
-        for t in range(min(length, len(char_ends))):
-            if starts[t] < span.end and char_ends[t] > span.start:  # token t's characters overlap the span
-                out[t] += value
+        # Token t covers characters [ends[t-1], ends[t]): the overlapping tokens are one contiguous range (ends is
+        # non-decreasing): from the first token ending after span.start to the first token ending at/after span.end.
+        first = bisect.bisect_right(ends, span.start)
+        last = min(bisect.bisect_left(ends, span.end), len(ends) - 1)  # never into padding past the text
+        out[first : last + 1] += value
     return out
 
 
@@ -117,8 +120,7 @@ def point_biserial(signal: torch.Tensor, passed: torch.Tensor) -> float:
     x, y = signal[keep].double(), passed[keep].double()
     if x.numel() < 3 or x.std() == 0 or y.std() == 0:
         return math.nan
-    x, y = x - x.mean(), y - y.mean()
-    return float((x * y).sum() / torch.sqrt((x * x).sum() * (y * y).sum()))
+    return float(torch.corrcoef(torch.stack([x, y]))[0, 1])
 
 
 def positive_in_failed(advantages: torch.Tensor, present: torch.Tensor, passed: torch.Tensor) -> float:

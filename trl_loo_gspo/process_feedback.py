@@ -39,7 +39,7 @@ class ProcessFeedbackMixin:
                 "CoqVerifier(emit_spans=True), CodeVerifier(emit_spans=True), MultiStepVerifier(emit_spans=True)); "
                 "none of the reward functions emits span signals."
             )
-        self._last_spans: list | None = None
+        self._last_signals: list | None = None
         window = self.args.process_divergence_window
         self._process_signal_history: deque[float] = deque(maxlen=window)
         self._process_pass_history: deque[float] = deque(maxlen=window)
@@ -49,13 +49,13 @@ class ProcessFeedbackMixin:
     def _process_on(self) -> bool:
         return self.args.process_advantage_coef > 0
 
-    def _collect_spans(self, num_local_rows: int) -> None:
+    def _collect_signals(self, num_local_rows: int) -> None:
         """After a reward call: the span lists of every row of all processes (aligned with the gathered rewards)."""
         if not self._process_on:
             return
         replay = getattr(self, "_replay", None)
         if replay is not None:
-            self._last_spans = replay.spans
+            self._last_signals = replay.process
             return
         # Per row: the spans of every span-emitting verifier, and the first one's own (unshaped) final score.
         local: list[dict] = [{"spans": [], "final": None} for _ in range(num_local_rows)]
@@ -69,14 +69,16 @@ class ProcessFeedbackMixin:
                 local[row]["spans"].extend(result.spans or [])
                 if source == 0:
                     local[row]["final"] = result.score
-        self._last_spans = gather_object(local)
+        self._last_signals = gather_object(local)
 
-    def _process_token_advantages(self, output: dict, rewards_per_func: torch.Tensor, group_ids: torch.Tensor) -> None:
-        """Set ``output["process_advantages"]`` (local rows × completion tokens) and log the safeguards."""
-        if not self._process_on or self._last_spans is None:
+    def _process_token_advantages(self, output: dict, rewards: torch.Tensor, group_ids: torch.Tensor) -> None:
+        """Set ``output["process_advantages"]`` (local rows × completion tokens) and log the safeguards.
+
+        ``rewards``: the combined rewards of every row of all processes (NaN = unscorable: no process signal)."""
+        if not self._process_on or self._last_signals is None:
             return
-        rewards = self._combined_rewards(rewards_per_func).cpu()
-        entries = self._last_spans
+        rewards = rewards.cpu()
+        entries = self._last_signals
         spans = [None if math.isnan(r) else e["spans"] for r, e in zip(rewards.tolist(), entries, strict=True)]
         finals = torch.tensor([math.nan if e["final"] is None else float(e["final"]) for e in entries])
         values, keys = process.span_value_matrix(spans)
@@ -85,7 +87,10 @@ class ProcessFeedbackMixin:
         first = self.accelerator.process_index * local_rows
         lengths = output["completion_mask"].sum(-1).tolist()
         width = output["completion_ids"].size(1)
-        decode = lambda batch: self.processing_class.batch_decode(batch, skip_special_tokens=True)  # noqa: E731
+
+        def decode(batch: list[list[int]]) -> list[str]:
+            return self.processing_class.batch_decode(batch, skip_special_tokens=True)
+
         rows = []
         for r in range(local_rows):
             g = first + r

@@ -169,21 +169,21 @@ def load_splits(script_args: LooGspoScriptArguments, conversational: bool, seed:
     )
     train = load_task_dataset(script_args.dataset_name, split=script_args.dataset_train_split, **common)
     validation = None
-    try:
-        if os.path.isfile(script_args.dataset_name):  # one file is one split: any split name would load it again
-            raise ValueError("a single data file has no test split")
-        validation = load_task_dataset(
-            script_args.dataset_name,
-            split=script_args.dataset_test_split,
-            max_rows=script_args.max_eval_samples,
-            **common,
-        )
-    except (ValueError, KeyError):  # no such split
-        if script_args.validation_size > 0:
-            size = script_args.validation_size
-            train, validation = split_validation(train, int(size) if size >= 1 else size, seed=seed)
-            if script_args.max_eval_samples is not None:
-                validation = validation.select(range(min(script_args.max_eval_samples, len(validation))))
+    if not os.path.isfile(script_args.dataset_name):  # one file is one split: any split name would load it again
+        try:
+            validation = load_task_dataset(
+                script_args.dataset_name,
+                split=script_args.dataset_test_split,
+                max_rows=script_args.max_eval_samples,
+                **common,
+            )
+        except (ValueError, KeyError):  # no such split
+            validation = None
+    if validation is None and script_args.validation_size > 0:
+        size = script_args.validation_size
+        train, validation = split_validation(train, int(size) if size >= 1 else size, seed=seed)
+        if script_args.max_eval_samples is not None:
+            validation = validation.select(range(min(script_args.max_eval_samples, len(validation))))
     if script_args.max_train_samples is not None:
         train = train.select(range(min(script_args.max_train_samples, len(train))))
     return train, validation

@@ -237,7 +237,7 @@ class LooGspoTrainer(ProcessFeedbackMixin, DynamicSamplingMixin, GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards_per_func = rewards_per_func  # gathered over all processes, NaN = unscorable
-        self._collect_spans(len(completions))  # SPEC §6 span signals, when process feedback is on
+        self._collect_signals(len(completions))  # SPEC §6 span signals, when process feedback is on
         return rewards_per_func
 
     def group_ids(self, num_rows: int, num_generations: int, device: torch.device) -> torch.Tensor:
@@ -274,7 +274,7 @@ class LooGspoTrainer(ProcessFeedbackMixin, DynamicSamplingMixin, GRPOTrainer):
         start_row = self.accelerator.process_index * local_rows
         advantages = all_advantages[start_row : start_row + local_rows]
         output["advantages"] = advantages.to(output["advantages"].dtype)
-        self._process_token_advantages(output, rewards_per_func, group_ids)  # SPEC §6; no-op when α = 0
+        self._process_token_advantages(output, rewards, group_ids)  # SPEC §6; no-op when α = 0
         logged = self._logs["advantages"]  # a bounded deque: replace the entries TRL just appended
         for _ in range(min(all_advantages.numel(), len(logged))):
             logged.pop()
