@@ -162,8 +162,8 @@ def test_process_feedback_needs_a_span_verifier(tmp_path):
         make_trainer(tmp_path, MultiStepVerifier(emit_spans=False), process_advantage_coef=0.1)
 
 
-def test_process_helpers_agree_with_the_trainer_layout():
-    """The trainer flattens spans per row in the gathered order; a group is K consecutive rows (as TRL lays out)."""
+def test_process_advantages_of_the_four_multistep_answers():
+    """The four answers of the trainer tests as one group: the right answer is credited on both steps."""
     rows = [step_spans(t, [12, 34, 56]) for t in variants(12, 34, 56)]
     values, keys = process.span_value_matrix(rows)
     adv = process.process_advantages(values, torch.zeros(K, dtype=torch.long))

@@ -86,6 +86,24 @@ def _skip_string(src: str, i: int) -> int:
         return k + 1
 
 
+def _skip_comment(src: str, i: int, end: int) -> int:
+    """Index just after the (nested) comment opening at ``src[i:i+2] == "(*"``, strings inside it skipped as Coq
+    does; ``-1`` when the comment or a string in it is not closed before ``end``."""
+    depth, i = 1, i + 2
+    while i < end and depth:
+        if src.startswith("(*", i):
+            depth, i = depth + 1, i + 2
+        elif src.startswith("*)", i):
+            depth, i = depth - 1, i + 2
+        elif src[i] == '"':
+            i = _skip_string(src, i)
+            if i < 0:
+                return -1
+        else:
+            i += 1
+    return -1 if depth else i
+
+
 def _lex_sentences(src: str) -> list[_Sentence]:
     """Cut a Coq script into sentences; ``ValueError`` on an unterminated comment or string.
 
@@ -99,20 +117,9 @@ def _lex_sentences(src: str) -> list[_Sentence]:
     n = len(src)
     while i < n:
         if src.startswith("(*", i):
-            depth, i = 1, i + 2
-            while i < n and depth:
-                if src.startswith("(*", i):
-                    depth, i = depth + 1, i + 2
-                elif src.startswith("*)", i):
-                    depth, i = depth - 1, i + 2
-                elif src[i] == '"':
-                    i = _skip_string(src, i)
-                    if i < 0:
-                        raise ValueError("unterminated string inside a comment")
-                else:
-                    i += 1
-            if depth:
-                raise ValueError("unterminated comment")
+            i = _skip_comment(src, i, n)
+            if i < 0:
+                raise ValueError("unterminated comment (or a string inside it)")
             code.append(" ")
             continue
         char = src[i]
@@ -354,17 +361,8 @@ def _code_start(src: str, start: int, end: int) -> int:
         if src[i].isspace():
             i += 1
         elif src.startswith("(*", i):
-            depth, i = 1, i + 2
-            while i < end and depth:
-                if src.startswith("(*", i):
-                    depth, i = depth + 1, i + 2
-                elif src.startswith("*)", i):
-                    depth, i = depth - 1, i + 2
-                elif src[i] == '"':
-                    j = _skip_string(src, i)
-                    i = end if j < 0 else j
-                else:
-                    i += 1
+            j = _skip_comment(src, i, end)
+            i = end if j < 0 else j
         else:
             break
     return min(i, end)
