@@ -166,13 +166,14 @@ def test_tampering_functions_are_flagged(spans_on):
     spans = by_key(spans_on.verify(f"```python\n{patched}```", tests=TESTS[:1]).spans)
     assert (spans["function:add"].value, spans["function:add"].flags) == (0.0, ("harness",))
     assert (spans["code_block"].value, spans["code_block"].flags) == (0.0, ("harness",))
-    # an AlwaysEqual class fools every assert: every function is flagged, not only the one returning it
+    # an AlwaysEqual class would fool every in-sandbox assert: every function is flagged, not only the one returning
+    # it (split asserts no longer fall for it: the object is not plain data, so add's tests fail on the host)
     always = (
         "class Anything:\n    def __eq__(self, other):\n        return True\n\ndef add(a, b):\n    return Anything()\n"
     )
     always += "\ndef sub(a, b):\n    return a - b\n"
     result = spans_on.verify(f"```python\n{always}```", tests=TESTS)
-    assert result.score == 1.0
+    assert result.score == 0.0
     assert [(s.key, s.value, s.flags) for s in result.spans] == [
         ("code_block", 0.0, ("always_equal",)),
         ("function:add", 0.0, ("always_equal",)),
@@ -184,7 +185,8 @@ def test_tampering_functions_are_flagged(spans_on):
     spans = by_key(result.spans)
     assert result.score == 0.0
     assert (spans["function:sub"].value, spans["function:sub"].flags) == (0.0, ("early_exit",))
-    assert (spans["function:add"].value, spans["function:add"].flags) == (0.5, ())  # test 0 ran, test 3 never did
+    # each test runs in a fresh process: sub's exit ends only its own tests, both of add's tests still run
+    assert (spans["function:add"].value, spans["function:add"].flags) == (1.0, ())
 
 
 @pytest.mark.slow

@@ -89,9 +89,12 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .assert_split import split_test
 from .base import Verifier, VerifierResult
 from .code_analysis import _ast_signals, _hardcoded_output, _string_literals, normalize_output
 from .code_spans import code_spans
+from .entry_judge import encoding_cookie, judge_entry
+from .entry_judge import parse_entry as _parse_entry
 from .sandbox import Sandbox, SandboxLimits, SandboxRun
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)```", re.DOTALL)
@@ -218,11 +221,16 @@ class CodeVerifier(Verifier):
         if not code.strip():
             details["compiles"] = False
             return VerifierResult(0.0, "fail", "parse_failure", {**details, "error": "no code in the completion"})
+        cookie = encoding_cookie(code)
+        if cookie is not None:  # the interpreter would decode the file differently from what the host analysed
+            details.update(compiles=False, rule="encoding_cookie", error=f"non-UTF-8 coding declaration {cookie!r}")
+            return VerifierResult(0.0, "fail", None, details)
         try:
             compile(code, "main.py", "exec")
             details["compiles"] = True
-        except (SyntaxError, ValueError) as err:
-            details.update(compiles=False, error=f"{type(err).__name__}: {err}")
+        except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError) as err:
+            # the program's own fault (e.g. an expression too deep or too large to compile): a fail, never None
+            details.update(compiles=False, error=f"{type(err).__name__}: {str(err)[:500]}")
             return VerifierResult(0.0, "fail", None, details)
 
         checks: list[dict[str, Any]] = []
@@ -291,31 +299,37 @@ class CodeVerifier(Verifier):
         return run, records, info
 
     def _run_tests(self, code: str, tests: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]] | VerifierResult:
-        outcome = self._run({"mode": "tests", "program": code, "tests": [str(t) for t in tests]})
+        plans = [split_test(t, code) for t in tests]
+        config = {"mode": "tests", "program": code, "tests": [p.sandbox_source for p in plans]}
+        outcome = self._run({**config, "entry_bytes": self.sandbox.limits.output_bytes})
         if isinstance(outcome, VerifierResult):
             return outcome
         run, records, info = outcome
-        program_error = next((r[1] if len(r) > 1 else "?" for r in records if r[0] == "PROGRAM_ERROR"), None)
         done = any(r[0] == "DONE" and r[1:2] == [str(len(tests))] for r in records)
-        seen: dict[int, list[tuple[bool, str]]] = {}
+        entries: dict[int, list[tuple[int, list[Any]]]] = {}
         for r in records:
-            if r[0] == "TEST" and len(r) >= 4 and r[1].isdigit():
-                seen.setdefault(int(r[1]), []).append((r[2] == "PASS", r[3]))
-        tampered = sorted(i for i, v in seen.items() if len(v) > 1)
+            if r[0] == "ENTRY" and len(r) >= 4 and r[1].isdigit():
+                entries.setdefault(int(r[1]), []).append(_parse_entry(r[2], " ".join(r[3:])))
+        tampered = sorted(i for i, v in entries.items() if len(v) > 1)
+        checks = []
+        program_error = None
+        for i, plan in enumerate(plans):
+            got = entries.get(i, [])
+            if len(got) == 1:
+                passed, reason, error = judge_entry(plan, *got[0])
+                program_error = program_error or error
+            else:
+                passed, reason = False, ("tampered" if got else "not run")
+            # all-or-nothing needs the DONE record; partial credit keeps the tests that passed before a crash
+            passed = passed and (done or self.partial_credit) and i not in tampered
+            check = {"kind": "test", "index": i, "passed": passed, "reason": reason, "mode": plan.mode}
+            if plan.weak_asserts:
+                check["asserts_in_sandbox"] = plan.weak_asserts
+            checks.append(check)
         info.update(program_error=program_error, completed=done, tampered=tampered)
+        info["verification"] = sorted({p.mode for p in plans})
         if program_error is None and not done and not run.limit_hit:
             info["error"] = "the program ended the harness before the tests finished (exit/_exit/kill)"
-        checks = []
-        for i in range(len(tests)):
-            results = seen.get(i, [])
-            if len(results) == 1:
-                ok, exc = results[0]
-                reason = "passed" if ok else exc
-            else:
-                ok, reason = False, ("tampered" if results else "not run")
-            # all-or-nothing needs the DONE record; partial credit keeps the tests that passed before a crash
-            passed = ok and (done or self.partial_credit) and i not in tampered
-            checks.append({"kind": "test", "index": i, "passed": passed, "reason": reason})
         return checks, info
 
     def _run_io(

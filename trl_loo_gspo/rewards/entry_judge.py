@@ -1,0 +1,114 @@
+"""The host's verdict on one test from what its sandboxed child reported (see :mod:`.sandbox_runner`).
+
+A child reports JSON lines: ``["program_error", exc]`` (the program raised before the test), ``["p", k, values]``
+(split assert ``k`` reached; ``values`` are ``[1, <plain data>]`` or ``[0, <why not>]``), ``["error", exc]`` (the
+test raised: an in-sandbox assert failed, or a statement of the test raised), ``["end"]`` (the test ran to its end).
+The child runs the program, so every line is untrusted: a malformed line fails the test, a split assert that must
+report once and reports twice is ``tampered``, and the verdict of each split assert is computed here by
+:func:`.assert_split.judge` on decoded plain data.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .assert_split import Probe, ProbeError, SplitTest, judge
+from .plain_data import PlainDataError, decode
+
+#: PEP 263: a coding declaration on line 1 or 2 of a source file.
+_COOKIE = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.ASCII)
+_UTF8 = {"utf-8", "utf8", "utf_8", "u8", "utf", "cp65001"}
+
+
+def encoding_cookie(code: str) -> str | None:
+    """The encoding a non-UTF-8 coding declaration names (``# -*- coding: utf-7 -*-``), else ``None``.
+
+    Such a program means one thing to the host's analysis (the text we hold) and another to an interpreter reading
+    the file (decoded with the declared codec): the verifier refuses it.
+    """
+    for line in code.splitlines()[:2]:
+        match = _COOKIE.match(line[:1000])
+        if match:
+            name = match.group(1).lower()
+            return None if name in _UTF8 or name.replace("-", "_") in _UTF8 else match.group(1)
+        if line.strip() and not line.lstrip().startswith("#"):
+            return None
+    return None
+
+
+def parse_entry(status: str, payload: str) -> tuple[int, list[Any]]:
+    """``(exit status, report lines)`` from an ``ENTRY`` record; a malformed line becomes ``["malformed"]``."""
+    try:
+        text = json.loads(payload)
+    except ValueError:
+        return -1, [["malformed"]]
+    lines: list[Any] = []
+    for line in str(text).splitlines():
+        try:
+            lines.append(json.loads(line))
+        except (ValueError, RecursionError):
+            lines.append(["malformed"])
+    return int(status) if status.lstrip("-").isdigit() else -1, lines
+
+
+def judge_entry(plan: SplitTest, status: int, lines: list[Any]) -> tuple[bool, str, str | None]:
+    """``(passed, reason, program_error)`` for one test."""
+    reports: dict[int, int] = {}
+    ended = False
+    for line in lines:
+        kind = line[0] if isinstance(line, list) and line and isinstance(line[0], str) else "malformed"
+        if ended or kind == "malformed" or kind not in ("program_error", "p", "error", "end"):
+            return False, "malformed report", None
+        if kind == "program_error":
+            return False, f"program raised {_word(line[1:2])}", _word(line[1:2])
+        if kind == "error":
+            return False, _word(line[1:2]), None
+        if kind == "end":
+            ended = True
+            continue
+        probe = _probe(plan, line)
+        if probe is None:
+            return False, "malformed report", None
+        reports[probe.index] = reports.get(probe.index, 0) + 1
+        if probe.once and reports[probe.index] > 1:
+            return False, "tampered", None
+        passed, reason = judge(probe, _values(line[2], len(probe.calls)), plan.host_env)
+        if not passed:
+            return False, reason, None
+    if not ended:
+        return False, "not run", None
+    if status != 0:
+        return False, f"exit status {status}", None
+    if any(p.once and reports.get(p.index) != 1 for p in plan.probes):
+        return False, "not run", None
+    return True, "passed", None
+
+
+def _probe(plan: SplitTest, line: list[Any]) -> Probe | None:
+    if len(line) != 3 or type(line[1]) is not int or not 0 <= line[1] < len(plan.probes):
+        return None
+    if type(line[2]) is not list:
+        return None
+    return plan.probes[line[1]]
+
+
+def _values(raw: list[Any], n: int) -> list[Any]:
+    values: list[Any] = []
+    for j in range(n):
+        item = raw[j] if j < len(raw) else None
+        if type(item) is list and len(item) == 2 and item[0] == 1:
+            try:
+                values.append(decode(item[1]))
+            except (PlainDataError, RecursionError, ValueError) as err:
+                values.append(ProbeError(f"unserialisable: {err}"))
+        elif type(item) is list and len(item) == 2 and item[0] == 0:
+            values.append(ProbeError(_word([item[1]])))
+        else:
+            values.append(ProbeError("missing value"))
+    return values
+
+
+def _word(parts: list[Any]) -> str:
+    return str(parts[0])[:200] if parts else "?"
