@@ -146,3 +146,23 @@ def test_encoding_cookie_is_refused(verifier):
     for columns in ({"tests": TESTS}, {"io_cases": [{"input": "", "output": "x"}]}):
         result = verifier.verify(f"```python\n{hidden}```", **columns)
         assert result.score == 0.0 and result.details["rule"] == "encoding_cookie"
+
+
+@pytest.mark.slow
+def test_the_result_channel_is_out_of_reach(verifier):
+    """A test's child cannot open the runner's file descriptors or memory (the runner is not dumpable)."""
+    code = """
+import os
+def f(xs):
+    ppid = os.getppid()
+    for path in (f"/proc/{ppid}/fd", f"/proc/{ppid}/mem", f"/proc/{ppid}/environ"):
+        try:
+            os.listdir(path) if path.endswith("fd") else open(path, "rb").read(1)
+            print("reached", path)
+        except OSError:
+            print("denied", path)
+    return sorted(xs)
+"""
+    result = verifier.verify(f"```python\n{code}```", tests=TESTS[:1])
+    out = result.details["tests_run"]["stdout_excerpt"]
+    assert result.score == 1.0 and out.count("denied") == 3 and "reached" not in out

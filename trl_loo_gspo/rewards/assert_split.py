@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,15 +103,24 @@ def program_names(code: str) -> tuple[set[str], set[str]]:
 
 
 def split_test(source: str, program: str = "") -> SplitTest:
-    """Split one test for ``program``; a test that cannot be parsed runs in the sandbox unchanged."""
+    """Split one test for ``program``; a test that cannot be parsed runs in the sandbox unchanged.
+
+    Only the names the program binds at module level matter, so the split is cached on (test, names): the answers
+    of a group share their tests.
+    """
+    names, classes = program_names(program)
+    return _split_cached(source, frozenset(names), frozenset(classes))
+
+
+@functools.lru_cache(maxsize=4096)
+def _split_cached(source: str, names: frozenset[str], classes: frozenset[str]) -> SplitTest:
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return SplitTest(source, weak_asserts=source.count("assert"))
-    names, classes = program_names(program)
     forced: set[str] = set()
     for _ in range(4):  # fixed point: host constants the sandbox also reads become sandbox values
-        splitter = _Splitter(tree, names, classes, forced)
+        splitter = _Splitter(tree, set(names), set(classes), forced)
         result = splitter.run()
         need = splitter.constants_read_in_sandbox(result.sandbox_source) - forced
         if not need:
@@ -386,7 +397,7 @@ def judge(probe: Probe, values: list[Any], host_env: dict[str, Any]) -> tuple[bo
 
     Returns ``(passed, reason)``; the reason of a false verdict is ``"AssertionError"`` (as the in-sandbox form).
     """
-    env = dict(host_env)
+    env = copy.deepcopy(host_env) if host_env else {}  # the plan is cached and shared: never mutate its constants
     for j, value in enumerate(values):
         env[f"__v{j}"] = value
     try:

@@ -123,7 +123,7 @@ def _main():
     if cfg.get("nproc"):
         n = cfg["nproc"]
         resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
-    _not_dumpable()
+    _not_dumpable(dropped=uid is not None)
     emit("READY")
     if cfg["mode"] == "io":
         os.close(res_fd)
@@ -140,6 +140,11 @@ def _main():
             os.close(r)
             os.close(res_fd)
             _child(program, source, w, enc, unserialisable)
+            try:  # the program's own output, for the stdout/stderr excerpts
+                sys.__stdout__.flush()
+                sys.__stderr__.flush()
+            except _BaseException:
+                pass
             _exit(0)
         os.close(w)
         chunks, size = [], 0
@@ -211,9 +216,17 @@ def _child(program, source, w, enc, unserialisable):
     report(["end"])
 
 
-def _not_dumpable():
-    """prctl(PR_SET_DUMPABLE, 0): same-uid processes (the tests' children) cannot ptrace us or open our fds."""
+def _not_dumpable(dropped):
+    """prctl(PR_SET_DUMPABLE, 0): same-uid processes (the tests' children) cannot ptrace us or open our fds.
+
+    Changing uid already reset the flag to ``fs.suid_dumpable`` (0 or 2: not dumpable by our uid), so ctypes is only
+    loaded when we did not change uid or that setting is 1.
+    """
     try:
+        if dropped:
+            with open("/proc/sys/fs/suid_dumpable") as f:
+                if f.read().strip() != "1":
+                    return
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
