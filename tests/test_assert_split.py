@@ -8,7 +8,7 @@ import math
 import pytest
 
 from trl_loo_gspo.rewards.assert_split import ProbeError, judge, split_test
-from trl_loo_gspo.rewards.entry_judge import encoding_cookie, judge_entry, parse_entry
+from trl_loo_gspo.rewards.entry_judge import channel_records, judge_entry, parse_entry
 from trl_loo_gspo.rewards.plain_data import HostEvalError, IteratorValue, PlainDataError, decode, host_eval
 
 PROGRAM = "def f(x):\n    return x\n"
@@ -145,13 +145,7 @@ def test_entry_reports_are_untrusted():
     assert judge_entry(plan, 0, [["p", 7, []], ["end"]])[:2] == (False, "malformed report")
     assert judge_entry(plan, 0, [["program_error", "NameError"]]) == (False, "program raised NameError", "NameError")
     assert judge_entry(plan, 9, good)[:2] == (False, "exit status 9")
-    status, lines = parse_entry("0", '"[\\"p\\", 0, []]\\nnot json\\n"')
+    status, lines = parse_entry("0", b'["p", 0, []]\nnot json\n')
     assert status == 0 and lines == [["p", 0, []], ["malformed"]]
-
-
-def test_encoding_cookie():
-    assert encoding_cookie("# -*- coding: utf-7 -*-\nx = 1\n") == "utf-7"
-    assert encoding_cookie("#!/usr/bin/env python\n# vim: set fileencoding=latin-1 :\n") == "latin-1"
-    assert encoding_cookie("# coding: utf-8\nx = 1\n") is None
-    assert encoding_cookie("x = 1\n# coding: utf-7\n") is None  # only lines 1-2, before any code, count
-    assert encoding_cookie("def f():\n    return 1\n") is None
+    channel = b'n READY\nstray line\nn ENTRY 0 0 9\n["end"]\nxn DONE 1\n'
+    assert channel_records(channel, "n") == [["READY"], ["ENTRY", "0", "0", b'["end"]\nx'], ["DONE", "1"]]

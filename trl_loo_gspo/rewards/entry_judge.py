@@ -11,41 +11,46 @@ report once and reports twice is ``tampered``, and the verdict of each split ass
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from .assert_split import Probe, ProbeError, SplitTest, judge
 from .plain_data import PlainDataError, decode
 
-#: PEP 263: a coding declaration on line 1 or 2 of a source file.
-_COOKIE = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.ASCII)
-_UTF8 = {"utf-8", "utf8", "utf_8", "u8", "utf", "cp65001"}
 
+def channel_records(channel: bytes, nonce: str) -> list[list[Any]]:
+    """The runner's records (lines tagged with ``nonce``, split on spaces, nonce dropped), in order.
 
-def encoding_cookie(code: str) -> str | None:
-    """The encoding a non-UTF-8 coding declaration names (``# -*- coding: utf-7 -*-``), else ``None``.
-
-    Such a program means one thing to the host's analysis (the text we hold) and another to an interpreter reading
-    the file (decoded with the declared codec): the verifier refuses it.
+    An ``ENTRY <i> <status> <n>`` header is followed by exactly ``n`` raw bytes (the child's report), returned as
+    the record's last element. Lines without the nonce are skipped (the channel is only the runner's, but a bug must
+    not turn a stray line into a verdict).
     """
-    for line in code.splitlines()[:2]:
-        match = _COOKIE.match(line[:1000])
-        if match:
-            name = match.group(1).lower()
-            return None if name in _UTF8 or name.replace("-", "_") in _UTF8 else match.group(1)
-        if line.strip() and not line.lstrip().startswith("#"):
-            return None
-    return None
+    records: list[list[Any]] = []
+    pos, end = 0, len(channel)
+    while pos < end:
+        newline = channel.find(b"\n", pos)
+        if newline < 0:
+            break
+        parts = channel[pos:newline].decode("utf-8", "replace").split(" ")
+        pos = newline + 1
+        if not parts or parts[0] != nonce:
+            continue
+        if len(parts) == 5 and parts[1] == "ENTRY" and parts[4].isdigit():
+            size = int(parts[4])
+            records.append(["ENTRY", parts[2], parts[3], channel[pos : pos + size]])
+            pos += size
+        else:
+            records.append(parts[1:])
+    return records
 
 
-def parse_entry(status: str, payload: str) -> tuple[int, list[Any]]:
+def parse_entry(status: str, payload: bytes) -> tuple[int, list[Any]]:
     """``(exit status, report lines)`` from an ``ENTRY`` record; a malformed line becomes ``["malformed"]``."""
     try:
-        text = json.loads(payload)
-    except ValueError:
+        text = payload.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
         return -1, [["malformed"]]
     lines: list[Any] = []
-    for line in str(text).splitlines():
+    for line in text.splitlines():
         try:
             lines.append(json.loads(line))
         except (ValueError, RecursionError):

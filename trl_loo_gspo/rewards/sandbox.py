@@ -75,7 +75,7 @@ from __future__ import annotations
 import functools
 import gc
 import glob
-import json
+import marshal
 import os
 import platform
 import queue
@@ -444,7 +444,7 @@ class Sandbox:
             tmpdir = tempfile.mkdtemp(prefix="loo_gspo_unsandboxed_")
             cfg.update(workdir=tmpdir, chmod_workdir=False, nproc=None, uid=None)
         with tempfile.TemporaryFile() as cfg_file:
-            cfg_file.write(json.dumps(cfg).encode())
+            cfg_file.write(marshal.dumps(cfg))  # the same interpreter reads it; marshal needs no import there
             cfg_file.seek(0)
             cfg_fd = os.dup(cfg_file.fileno())
         res_r, res_w = os.pipe()

@@ -4,8 +4,8 @@ It runs as ``python -I -S -c <this file's text> <cfg_fd> <res_fd>`` inside the s
 standard library. It reads its configuration, sets the rlimits, drops privileges, makes itself non-dumpable (no
 process of the same uid can read its memory or its file descriptors through ``/proc``), then:
 
-* mode ``io``: ``exec`` of a fresh interpreter on the program (decoded as UTF-8 text, whatever coding cookie it
-  declares), stdin redirected; the host compares stdout;
+* mode ``io``: the program runs in this process (nothing untrusted ran here before), compiled from the UTF-8 text
+  the host analysed whatever coding cookie it declares, stdin redirected; the host compares stdout;
 * mode ``tests``: for each test, a **fresh child process** forked from this runner — which never runs untrusted
   code, so every test starts from the same clean interpreter state. The child closes the result channel, runs the
   program, then the test (as rewritten by :mod:`.assert_split`: split asserts report their calls' values through
@@ -13,22 +13,43 @@ process of the same uid can read its memory or its file descriptors through ``/p
   reads that pipe (capped), waits for the child, and forwards one ``ENTRY`` record per test on the result channel.
 
 Result channel lines (each tagged with the run's nonce): ``READY``, ``ERROR <why>``, ``PROGRAM_ERROR <exception>``,
-``ENTRY <i> <exit status> <JSON string of the child's report lines>``, ``DONE <n>``.
+``ENTRY <i> <exit status> <n bytes>`` followed by exactly that many bytes (the child's report lines, UTF-8 JSON),
+``DONE <n>``.
 """
 
-import json
+import marshal
 import os
 import resource
 import sys
 
+#: JSON string escapes (the runner writes JSON by hand: importing ``json`` costs ~8 ms, a third of a small run)
+_ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\", **{i: f"\\u{i:04x}" for i in range(32)}}
+
+
+def _json(x):
+    """JSON text of None/bool/int/str/list (what the reports contain); non-ASCII characters are written as is."""
+    t = type(x)
+    if x is None:
+        return "null"
+    if t is bool:
+        return "true" if x else "false"
+    if t is int:
+        return int.__repr__(x)
+    if t is str:
+        return '"' + x.translate(_ESCAPES) + '"'
+    return "[" + ",".join([_json(item) for item in x]) + "]"
+
 
 def _encoder():
     """The plain-data encoder (format in ``plain_data.py``), with references taken before any untrusted code."""
-    import collections
-
-    _type, _repr_i, _repr_f, _hex = type, int.__repr__, float.__repr__, bytes.hex
-    _items, _list_iter = dict.items, list.__iter__
-    dicts = (dict, collections.OrderedDict, collections.defaultdict, collections.Counter)
+    _type, _repr_i, _repr_f, _hex, _items, _modules = (
+        type,
+        int.__repr__,
+        float.__repr__,
+        bytes.hex,
+        dict.items,
+        sys.modules,
+    )
     seqs = {list: "l", tuple: "t", set: "S", frozenset: "F"}
     iterators = {
         _type(x for x in ()),
@@ -67,7 +88,7 @@ def _encoder():
             return ["b", _hex(v)]
         if t in seqs:
             return [seqs[t], [enc(x, depth + 1) for x in v]]
-        if t in dicts:
+        if t is dict or t in _mapping_types(_modules):
             return ["d", [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in _items(v)]]
         if t is keys:
             return ["S", [enc(x, depth + 1) for x in v]]
@@ -83,12 +104,21 @@ def _encoder():
     return enc, Unserialisable
 
 
+def _mapping_types(modules):
+    """Counter / OrderedDict / defaultdict, if the program imported ``collections`` (none of its values can be one
+    otherwise). Whatever class is found there, ``dict.items`` reads the dict's own storage and the host rebuilds a
+    plain ``dict``: a subclass's methods never reach the comparison."""
+    collections = modules.get("collections")
+    types = [getattr(collections, name, None) for name in ("Counter", "OrderedDict", "defaultdict")]
+    return [t for t in types if isinstance(t, type) and issubclass(t, dict)]
+
+
 def _main():
     _write, _exec, _compile, _exit = os.write, exec, compile, os._exit
-    _BaseException, _type, _str, _len, _dumps = BaseException, type, str, len, json.dumps
+    _BaseException, _type, _str, _len = BaseException, type, str, len
     cfg_fd, res_fd = int(sys.argv[1]), int(sys.argv[2])
     with os.fdopen(cfg_fd, "rb") as f:
-        cfg = json.loads(f.read())
+        cfg = marshal.loads(f.read())  # written by the host (trusted), same interpreter
     nonce, workdir = cfg["nonce"], cfg["workdir"]
     os.chdir(workdir)
 
@@ -106,6 +136,7 @@ def _main():
         with open("main.py", "w", encoding="utf-8") as f:
             f.write(cfg["program"])
         os.chmod("main.py", 0o444)
+        sys.argv = ["main.py"]
     if cfg.get("chmod_workdir"):
         os.chmod(workdir, 0o1777)
     for name, soft, hard in cfg["rlimits"]:
@@ -127,13 +158,22 @@ def _main():
     emit("READY")
     if cfg["mode"] == "io":
         os.close(res_fd)
-        # the program is decoded as UTF-8 text, as the host analysed it: a coding cookie cannot change its meaning
-        code = "exec(compile(open('main.py', encoding='utf-8').read(), 'main.py', 'exec'))"
-        os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", code])
+        program = cfg["program"]
+        del cfg
+        _exit(_run_main(program))
     enc, unserialisable = _encoder()
     program, tests, cap = cfg["program"], cfg["tests"], int(cfg.get("entry_bytes", 1 << 20))
     del cfg
+    # compiling runs nothing: done once here, each child only executes (the host compiled the program already)
+    try:
+        program = _compile(program, "main.py", "exec")
+    except _BaseException:
+        pass  # each child compiles it again and reports the error as the program's
     for i, source in enumerate(tests):
+        try:
+            source = _compile(source, "<test>", "exec")
+        except _BaseException:
+            pass  # the child compiles it again and reports the error
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -160,8 +200,8 @@ def _main():
             chunks.append(chunk)
         os.close(r)
         _, status = os.waitpid(pid, 0)
-        report = b"".join(chunks).decode("utf-8", "replace")
-        _write(res_fd, (f"{nonce} ENTRY {i} {status} " + _dumps(report) + "\n").encode())
+        report = b"".join(chunks)
+        _write_all(res_fd, f"{nonce} ENTRY {i} {status} {_len(report)}\n".encode() + report)
     emit("DONE", _len(tests))
     try:
         sys.__stdout__.flush()
@@ -171,14 +211,55 @@ def _main():
     _exit(0)
 
 
+def _run_main(program):
+    """Mode ``io``: the program as ``python main.py`` would run it, in this process (no second interpreter start-up;
+    nothing untrusted ran here before). It is compiled from the text the host analysed, so a coding cookie cannot
+    change its meaning. Returns the exit status Python would give."""
+    main = type(sys)("__main__")
+    main.__file__ = os.path.join(os.getcwd(), "main.py")
+    sys.modules["__main__"] = main
+    status = 0
+    try:
+        exec(compile(program, "main.py", "exec"), main.__dict__)
+    except SystemExit as err:
+        code = err.code
+        if code is None:
+            status = 0
+        elif type(code) is int:
+            status = code & 0xFF
+        else:
+            print(code, file=sys.stderr)
+            status = 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        status = 1
+    try:  # what the interpreter does at a normal exit: join threads, run atexit handlers, flush
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()
+        import atexit
+
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        status = status or 120
+    return status
+
+
+def _write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data) :]
+
+
 def _child(program, source, w, enc, unserialisable):
     """One test in a fresh process: the program, then the test; reports go to ``w`` as JSON lines."""
-    _write, _dumps, _type, _BaseException = os.write, json.dumps, type, BaseException
+    _type, _BaseException, _write_all_ = type, BaseException, _write_all
 
     def report(item):
-        data = (_dumps(item) + "\n").encode()
-        while data:
-            data = data[_write(w, data) :]
+        _write_all_(w, (_json(item) + "\n").encode("utf-8", "surrogatepass"))
 
     def probe(k, *thunks):
         values = []
@@ -196,20 +277,18 @@ def _child(program, source, w, enc, unserialisable):
                 values.append([0, f"unserialisable: {_type(err).__name__}"])
         report(["p", k, values])
 
-    import types
-
-    main = types.ModuleType("__main__")
+    main = type(sys)("__main__")
     main.__file__ = os.path.join(os.getcwd(), "main.py")
     sys.modules["__main__"] = main
     ns = main.__dict__
     try:
-        exec(compile(program, "main.py", "exec"), ns)
+        exec(program if type(program) is not str else compile(program, "main.py", "exec"), ns)
     except _BaseException as err:
         report(["program_error", _type(err).__name__])
         return
     ns["__loo_probe__"] = probe
     try:
-        exec(compile(source, "<test>", "exec"), ns)
+        exec(source if type(source) is not str else compile(source, "<test>", "exec"), ns)
     except _BaseException as err:
         report(["error", _type(err).__name__])
         return
