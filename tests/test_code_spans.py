@@ -233,3 +233,15 @@ def test_a_span_bug_does_not_change_the_score(monkeypatch):
     result = v.safe_verify("```python\ndef add(a, b:\n```", tests=TESTS)  # does not compile: no sandbox run needed
     assert (result.score, result.status, result.spans) == (0.0, "fail", None)
     assert result.details["spans_error"] == "ZeroDivisionError: division by zero"
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_frame_access_and_mock_any_flag_every_function(spans_on):
+    code = "import sys\n\ndef add(a, b):\n    return sys._getframe(1).f_locals and a + b\n\ndef sub(a, b):\n"
+    code += "    return a - b\n"
+    spans = by_key(spans_on.verify(f"```python\n{code}```", tests=TESTS).spans)
+    assert "frame_access" in spans["function:sub"].flags and spans["function:sub"].value == 0.0
+    mock = "from unittest.mock import ANY\n\ndef add(a, b):\n    return ANY\n\ndef sub(a, b):\n    return a - b\n"
+    spans = by_key(spans_on.verify(f"```python\n{mock}```", tests=TESTS).spans)
+    assert spans["function:sub"].flags == ("mock_any",) and spans["function:sub"].value == 0.0

@@ -13,7 +13,9 @@ from .code_analysis import _EXIT_CALLS, _ast_signals, _call_name, _hardcoded_out
 _FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 _FUNCTION_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
 #: Signals that compromise every in-process assert, wherever they occur in the program.
-_GLOBAL_SIGNALS = frozenset({"harness", "always_equal"})
+_GLOBAL_SIGNALS = frozenset(
+    {"harness", "always_equal", "frame_access", "builtin_shadowing", "mock_any", "dynamic_code", "unanalysable"}
+)
 _NOT_LITERAL = object()
 _LINE_REST = re.compile(r"[ \t;]*#[^\r\n]*")
 
