@@ -128,6 +128,16 @@ def test_sandbox_failure_is_unscorable(verifier, monkeypatch):
     assert (result.score, result.status, result.anomaly) == (None, "unscorable", "sandbox_failure")
 
 
+def test_runner_refuses_without_its_seccomp_filter(monkeypatch):
+    v = CodeVerifier(limits=small_limits())
+    if v.sandbox.seccomp_filter is None:
+        pytest.skip("no seccomp filter on this architecture")
+    monkeypatch.setattr(v.sandbox, "_seccomp_fd", lambda: None)  # bwrap started without --seccomp
+    result = v.verify(fenced(DOUBLE), tests=TESTS)
+    assert (result.score, result.anomaly) == (None, "sandbox_failure")
+    assert "seccomp-filter-not-active" in result.details["sandbox_error"]
+
+
 def test_hack_score():
     v = CodeVerifier(limits=small_limits())
     assert v.hack_score(fenced(DOUBLE), tests=TESTS) == 0.0

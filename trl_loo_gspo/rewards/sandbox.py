@@ -440,6 +440,7 @@ class Sandbox:
         if self.sandboxed:
             cfg.update(workdir="/sandbox", chmod_workdir=True, nproc=lim.max_processes)
             cfg["uid"] = uid if self.is_root else None
+            cfg["expect_seccomp"] = self.seccomp_filter is not None  # the runner refuses to go on without it
         else:
             tmpdir = tempfile.mkdtemp(prefix="loo_gspo_unsandboxed_")
             cfg.update(workdir=tmpdir, chmod_workdir=False, nproc=None, uid=None)

@@ -154,6 +154,9 @@ def _main():
     if cfg.get("nproc"):
         n = cfg["nproc"]
         resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+    if cfg.get("expect_seccomp") and not _confined():
+        emit("ERROR", "seccomp-filter-not-active")
+        _exit(3)
     _not_dumpable(dropped=uid is not None)
     emit("READY")
     if cfg["mode"] == "io":
@@ -293,6 +296,13 @@ def _child(program, source, w, enc, unserialisable):
         report(["error", _type(err).__name__])
         return
     report(["end"])
+
+
+def _confined():
+    """Whether the kernel reports our seccomp filter (``Seccomp: 2``) and ``no_new_privs`` for this process."""
+    with open("/proc/self/status") as f:
+        status = dict(line.split(":", 1) for line in f if ":" in line)
+    return status.get("Seccomp", "").strip() == "2" and status.get("NoNewPrivs", "").strip() == "1"
 
 
 def _not_dumpable(dropped):
