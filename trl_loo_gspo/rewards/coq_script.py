@@ -23,6 +23,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .fences import COQ_LANG_CHARS, Fence, iter_fences
+
 __all__ = [
     "HACK_WEIGHTS",
     "ScriptFinding",
@@ -44,7 +46,6 @@ _STATEMENT_KEYWORDS = (
 _STATEMENT_RE = re.compile(r"^\s*(?:" + "|".join(_STATEMENT_KEYWORDS) + r")\s+([A-Za-z_][\w']*)(?![\w'])(.*)$", re.S)
 
 
-_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _COQ_TAGS = {"coq", "rocq", "v", "gallina"}
 
 
@@ -54,14 +55,23 @@ def extract_proof_script(completion: str) -> str:
 
 
 def _locate_proof_script(completion: str) -> tuple[str, int]:
-    """:func:`extract_proof_script` and where it starts: ``completion[offset : offset + len(script)] == script``."""
-    blocks = [(match.group(1).lower(), match.group(2), match.start(2)) for match in _FENCE_RE.finditer(completion)]
-    for wanted in (lambda t: t in _COQ_TAGS, lambda t: t == ""):
-        chosen = [(body, start) for tag, body, start in blocks if wanted(tag)]
-        if chosen:
-            body, start = chosen[-1]
-            return body.strip(), start + len(body) - len(body.lstrip())
-    return completion.strip(), len(completion) - len(completion.lstrip())
+    """:func:`extract_proof_script` and where it starts: ``completion[offset : offset + len(script)] == script``.
+
+    Fences are read by :func:`~trl_loo_gspo.rewards.fences.iter_fences` (linear time; a last fence may be
+    unterminated, e.g. a truncated completion).
+    """
+    last_coq: Fence | None = None
+    last_untagged: Fence | None = None
+    for fence in iter_fences(completion, lang_chars=COQ_LANG_CHARS, allow_unterminated=True):
+        if fence.lang.lower() in _COQ_TAGS:
+            last_coq = fence
+        elif fence.lang == "":
+            last_untagged = fence
+    fence = last_coq or last_untagged
+    if fence is None:
+        return completion.strip(), len(completion) - len(completion.lstrip())
+    body = completion[fence.start : fence.end]
+    return body.strip(), fence.start + len(body) - len(body.lstrip())
 
 
 @dataclass
