@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from trl_loo_gspo.rewards import sandbox as sandbox_module
-from trl_loo_gspo.rewards.code import CodeVerifier, extract_code, normalize_output
+from trl_loo_gspo.rewards.code import CodeVerifier, code_bounds, extract_code, normalize_output
 
 from .helpers import small_sandbox_limits as small_limits
 
@@ -429,3 +429,12 @@ os.wait()
 print("nope")
 """
     hostile(verifier, code, io_cases=[{"input": "", "output": "yes"}], marker=marker)
+
+
+@pytest.mark.parametrize("text", ["`" * 1_000_000, "```\n" * 250_000, "```" * 333_333, "```python " * 100_000])
+def test_fence_extraction_is_linear(text):
+    """1 MB of backticks took minutes with the old fence regex (quadratic backtracking); now well under a second."""
+    start = time.perf_counter()
+    code_bounds(text)
+    CodeVerifier.hack_score(CodeVerifier.__new__(CodeVerifier), text[:150_000])  # under the size cap: analysed
+    assert time.perf_counter() - start < 1.0

@@ -94,9 +94,9 @@ from .code_analysis import encoding_cookie, normalize_output, program_signals
 from .code_spans import code_spans
 from .entry_judge import channel_records, judge_entry
 from .entry_judge import parse_entry as _parse_entry
+from .fences import find_fences
 from .sandbox import Sandbox, SandboxLimits, SandboxRun
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _EXCERPT = 2000
 
 
@@ -115,7 +115,7 @@ def code_bounds(completion: str) -> tuple[int, int]:
 
     ``(0, 0)`` when there is no Python to take (only other-language fences).
     """
-    blocks = [(m.group(1).lower(), m.start(2), m.end(2)) for m in _FENCE.finditer(completion)]
+    blocks = [(f.lang.lower(), f.start, f.end) for f in find_fences(completion)]  # linear time (fences.py)
     python = [(start, end) for lang, start, end in blocks if lang in ("python", "py", "python3")]
     if python:
         return _strip_newlines(completion, *python[-1])
