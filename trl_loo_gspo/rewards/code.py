@@ -22,28 +22,22 @@ Scoring and anomalies (SPEC §5.2)
   within the wall timeout (the harness itself timed out: overloaded host) → ``None``, ``"unscorable"``, anomaly
   ``"sandbox_failure"`` (or ``"timeout"`` for the latter): never a silent 0.
 
-Why the program cannot (easily) fake success
---------------------------------------------
-A trusted runner executes the program, then each test in the same namespace, and reports ``<nonce> TEST i
-PASS|FAIL`` on a separate inherited pipe (not stdout/stderr) *after* each test actually ran, then ``<nonce> DONE
-n``. The nonce is fresh per run and reaches the runner through a file descriptor that is read and closed before
-any untrusted code runs; it is not in argv, the environment or the filesystem. The verifier only counts lines with
-the right nonce, requires ``DONE`` for a pass, and treats two lines for the same test as tampering (fail). So:
+How a test is decided (expected values never enter the sandbox)
+------------------------------------------------------------------
+Each test is split on the host by :mod:`.assert_split`: the sandbox evaluates only the calls of each assert (the
+program's inputs are visible to it, the expected values are not) and returns their results as plain data
+(:mod:`.plain_data`: exact builtin types; an object of any other class fails); the verdict is computed on the host
+by :func:`.assert_split.judge`. Each test runs in a fresh child forked from the trusted runner
+(:mod:`.sandbox_runner`), which never runs model code, is not dumpable, and forwards the child's reports on a
+channel the child cannot reach; :mod:`.entry_judge` treats every report as untrusted (malformed → fail, a split
+assert reported twice → ``tampered``, missing → ``not run``). So ``unittest.mock.ANY``, objects with a lying
+``__eq__``, builtin subclasses, patched builtins, frame walks to the harness and forged result lines all fail.
 
-* ``sys.exit``/``os._exit``/raising at the top level before the tests → no test lines / ``PROGRAM_ERROR`` → 0;
-* printing fake results on stdout, or writing guesses on the pipe → no valid nonce → ignored;
-* patching ``builtins.AssertionError``, ``__import__``, ``exec``, ``compile``, ``print`` or ``sys.exit``: the
-  runner kept references to the originals, and the ``assert`` statement raises the real ``AssertionError`` directly
-  (``LOAD_ASSERTION_ERROR``), not through ``builtins``; any exception (``BaseException``) out of a test is a fail;
-* ``import __main__`` gives the program's own namespace, not the runner's.
-
-Residual risk (documented honestly): the program runs *in the runner's process*. A program that walks the stack
-(``sys._getframe``), ``gc.get_objects()`` or process memory (``ctypes``) can read the nonce and forge a complete
-transcript followed by ``os._exit``; objects with a permissive ``__eq__`` ("AlwaysEqual") make ``==`` asserts pass;
-``sys.settrace``/``sys.setprofile`` can tamper with the runner's frames. These are reward hacks, not sandbox escapes:
-they cannot leave the sandbox, and :meth:`CodeVerifier.hack_score` flags the usual shapes of them. Closing them
-fully would need the tests to be evaluated in a separate process on plain data (an RPC proxy), which we have not
-done. io_cases are immune to this class: the verifier compares stdout itself.
+What cannot be split — an assert whose verdict needs a value only the sandbox can compute (a helper of the test or
+the program, a library call, a value computed in a loop) — runs in the sandbox as an ordinary ``assert``, in the
+program's process: such tests are marked in ``details["checks"][i]["mode"]`` (``"mixed"``, ``"in_sandbox"``) and
+``asserts_in_sandbox``, and :meth:`CodeVerifier.hack_score` is their defence. io_cases were always decided on the
+host (stdout is plain data).
 
 Span signals (``emit_spans=True``, SPEC §6)
 -------------------------------------------
