@@ -8,6 +8,12 @@ training loop: any exception becomes an unscorable result with the anomaly ``"ve
 
 Anomalies are counted per kind and logged every step through TRL's ``log_metric`` (SPEC §5.2, "verification
 anomalies"), as fractions of the batch: ``verifiers/<name>/anomaly/<kind>`` and ``verifiers/<name>/unscorable``.
+
+Size cap: :meth:`Verifier.safe_verify` scores a completion longer than ``max_completion_chars`` characters 0.0, status
+``"fail"``, anomaly ``"oversize"``, without calling :meth:`~Verifier.verify` — never ``None``: padding a completion
+is the policy's doing, and an unscorable result would take it out of the leave-one-out baseline. The default is
+:data:`DEFAULT_MAX_COMPLETION_CHARS` (200 000); a verifier class may set its own (``MathVerifier`` and
+``CoqVerifier``: 100 000) and an instance may override it (``None``: no cap).
 """
 
 from __future__ import annotations
@@ -20,8 +26,12 @@ from typing import Any
 
 #: Anomaly kinds every verifier uses (SPEC §5.2). ``timeout``: the checked program or the checker ran out of time;
 #: ``sandbox_failure``: the sandbox could not run the check; ``parse_failure``: nothing to check could be extracted;
-#: ``verifier_exception``: the verifier itself failed.
-ANOMALY_KINDS = ("timeout", "sandbox_failure", "parse_failure", "verifier_exception")
+#: ``verifier_exception``: the verifier itself failed; ``oversize``: the completion is longer than the verifier's
+#: ``max_completion_chars`` and was scored 0.0 without being checked.
+ANOMALY_KINDS = ("timeout", "sandbox_failure", "parse_failure", "verifier_exception", "oversize")
+
+#: The size cap (characters of completion text) of a verifier that does not set its own ``max_completion_chars``.
+DEFAULT_MAX_COMPLETION_CHARS = 200_000
 
 
 @dataclass
@@ -103,6 +113,9 @@ class Verifier(ABC):
     #: Whether :meth:`verify` also fills ``VerifierResult.spans`` (SPEC §6 process feedback); off by default because
     #: it may cost extra checker work. Verifiers that support it say so in their docstring.
     emit_spans: bool = False
+    #: Completions longer than this many characters score 0.0 with the anomaly ``"oversize"`` and are not checked
+    #: (see the module docstring); ``None``: no cap. Subclasses set their own default; instances may override it.
+    max_completion_chars: int | None = DEFAULT_MAX_COMPLETION_CHARS
 
     def __init__(self) -> None:
         self.__name__ = self.name  # TRL names reward functions by __name__
@@ -117,8 +130,25 @@ class Verifier(ABC):
         """Score a batch; subclasses may parallelise. The default loops over :meth:`safe_verify`."""
         return [self.safe_verify(text, **row) for text, row in zip(completions, columns, strict=True)]
 
+    def is_oversize(self, completion: str) -> bool:
+        """Whether ``completion`` is longer than :attr:`max_completion_chars` (O(1))."""
+        return self.max_completion_chars is not None and len(completion) > self.max_completion_chars
+
+    def oversize_result(self, completion: str) -> VerifierResult:
+        """The result of a completion over the size cap: 0.0, ``"fail"``, anomaly ``"oversize"``; ``spans == []``
+        (no signal) when the verifier emits spans."""
+        details = {
+            "reason": f"completion of {len(completion)} characters exceeds max_completion_chars",
+            "completion_chars": len(completion),
+            "max_completion_chars": self.max_completion_chars,
+        }
+        return VerifierResult(0.0, "fail", "oversize", details, [] if self.emit_spans else None)
+
     def safe_verify(self, completion: str, **columns: Any) -> VerifierResult:
-        """:meth:`verify`, with any exception turned into an unscorable ``verifier_exception`` result."""
+        """:meth:`verify`, after the size cap (:meth:`oversize_result` past :attr:`max_completion_chars`), with any
+        exception turned into an unscorable ``verifier_exception`` result."""
+        if self.is_oversize(completion):
+            return self.oversize_result(completion)
         try:
             return self.verify(completion, **columns)
         except Exception as err:  # a verifier must never take the training run down

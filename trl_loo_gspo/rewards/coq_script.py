@@ -74,7 +74,7 @@ def _locate_proof_script(completion: str) -> tuple[str, int]:
     return body.strip(), fence.start + len(body) - len(body.lstrip())
 
 
-@dataclass
+@dataclass(slots=True)
 class _Sentence:
     code: str  # comments removed, string contents replaced by ""
     start: int
@@ -96,29 +96,40 @@ def _skip_string(src: str, i: int) -> int:
         return k + 1
 
 
+#: What the comment skipper stops at: a nested opener, a closer, a string (``(*`` is tried before ``*)``, as Coq
+#: does, so ``(*)`` opens a comment).
+_COMMENT_TOKEN = re.compile(r'\(\*|\*\)|"')
+#: What the sentence lexer stops at: a comment, a string, a ``.`` that ends a sentence — one not followed by an
+#: identifier character (``\w``: ``str.isalnum()`` or ``_``), ``'`` or another ``.``; everything between is code.
+_LEX_TOKEN = re.compile(r'\(\*|"|\.(?![\w.\'])')
+
+
 def _skip_comment(src: str, i: int, end: int) -> int:
     """Index just after the (nested) comment opening at ``src[i:i+2] == "(*"``, strings inside it skipped as Coq
-    does; ``-1`` when the comment or a string in it is not closed before ``end``."""
+    does; ``-1`` when the comment or a string in it is not closed before ``end``. Linear: it jumps from token to
+    token (:data:`_COMMENT_TOKEN`) and never rescans."""
     depth, i = 1, i + 2
-    while i < end and depth:
-        if src.startswith("(*", i):
-            depth, i = depth + 1, i + 2
-        elif src.startswith("*)", i):
-            depth, i = depth - 1, i + 2
-        elif src[i] == '"':
-            i = _skip_string(src, i)
-            if i < 0:
+    while depth:
+        match = _COMMENT_TOKEN.search(src, i, end)
+        if match is None:
+            return -1
+        token = match.group()
+        if token == '"':
+            i = _skip_string(src, match.start())
+            if i < 0 or i >= end:
                 return -1
-        else:
-            i += 1
-    return -1 if depth else i
+            continue
+        depth += 1 if token == "(*" else -1
+        i = match.end()
+    return i
 
 
 def _lex_sentences(src: str) -> list[_Sentence]:
     """Cut a Coq script into sentences; ``ValueError`` on an unterminated comment or string.
 
     A ``.`` ends a sentence unless it is followed by an identifier character or another ``.`` — Coq needs a blank
-    or the end of input, so this cuts at least wherever Coq does (more sentences, never fewer).
+    or the end of input, so this cuts at least wherever Coq does (more sentences, never fewer). Linear time: the
+    lexer jumps from one comment, string or ``.`` to the next (:data:`_LEX_TOKEN`).
     """
     sentences: list[_Sentence] = []
     code: list[str] = []
@@ -126,34 +137,28 @@ def _lex_sentences(src: str) -> list[_Sentence]:
     start = i = 0
     n = len(src)
     while i < n:
-        if src.startswith("(*", i):
-            i = _skip_comment(src, i, n)
+        match = _LEX_TOKEN.search(src, i)
+        if match is None:
+            code.append(src[i:])
+            break
+        at = match.start()
+        code.append(src[i:at])
+        token = match.group()
+        if token == "(*":
+            i = _skip_comment(src, at, n)
             if i < 0:
                 raise ValueError("unterminated comment (or a string inside it)")
             code.append(" ")
-            continue
-        char = src[i]
-        if char == '"':
-            j = _skip_string(src, i)
-            if j < 0:
+        elif token == '"':
+            i = _skip_string(src, at)
+            if i < 0:
                 raise ValueError("unterminated string")
-            strings.append(src[i + 1 : j - 1].replace('""', '"'))
+            strings.append(src[at + 1 : i - 1].replace('""', '"'))
             code.append('""')
-            i = j
-            continue
-        if char == ".":
-            nxt = src[i + 1] if i + 1 < n else ""
-            if nxt and (nxt == "." or nxt.isalnum() or nxt in "_'"):
-                code.append(char)
-                i += 1
-                continue
-            sentences.append(_Sentence("".join(code).strip(), start, i + 1, strings))
+        else:
+            sentences.append(_Sentence("".join(code).strip(), start, at + 1, strings))
             code, strings = [], []
-            i += 1
-            start = i
-            continue
-        code.append(char)
-        i += 1
+            i = start = at + 1
     rest = "".join(code).strip()
     if rest or strings:
         sentences.append(_Sentence(rest, start, n, strings, terminated=False))
@@ -167,10 +172,10 @@ def _strip_comments(src: str) -> str:
         return src
 
 
-_SELECTOR_RE = re.compile(
-    r"^(?:\d+(?:\s*-\s*\d+)?(?:\s*,\s*\d+(?:\s*-\s*\d+)?)*|all|par|!|\[\s*[A-Za-z_][\w']*\s*\])\s*:(?!=)"
-)
-_BULLET_RE = re.compile(r"^(?:[-+*]+|[{}])")
+_SELECTOR = r"(?:\d+(?:\s*-\s*\d+)?(?:\s*,\s*\d+(?:\s*-\s*\d+)?)*|all|par|!|\[\s*[A-Za-z_][\w']*\s*\])\s*:(?!=)"
+#: Leading bullets (``-``/``+``/``*`` runs), braces and goal selectors, each followed by blanks, as one match: nothing
+#: follows the repetition, so the engine takes the first (greedy) way and never backtracks into earlier items.
+_HEAD_PREFIX_RE = re.compile(r"(?:(?:[-+*]+|[{}]|" + _SELECTOR + r")\s*)*")
 _IDENT_RE = re.compile(r"[A-Za-z_\u00c0-\uffff][\w'\u00c0-\uffff]*")
 
 #: Words rejected anywhere outside comments and strings, by P_hack category.
@@ -281,13 +286,9 @@ def _normalize(text: str) -> str:
 
 
 def _sentence_head(code: str) -> str:
-    """The sentence with leading bullets, braces and goal selectors removed."""
+    """The sentence with leading bullets, braces and goal selectors removed (one regex match: linear time)."""
     text = code.strip()
-    while True:
-        match = _BULLET_RE.match(text) or _SELECTOR_RE.match(text)
-        if match is None:
-            return text
-        text = text[match.end() :].lstrip()
+    return text[_HEAD_PREFIX_RE.match(text).end() :]
 
 
 def analyze_coq_script(script: str, theorem: str, preamble: str = "") -> tuple[str, list[ScriptFinding]]:
@@ -324,23 +325,26 @@ def _screen_coq_script(script: str, theorem: str, preamble: str = "") -> _Screen
     except ValueError:
         pass
     wanted = _STATEMENT_RE.match(_strip_comments(theorem))
-    keep = list(sentences)
-    while keep and _normalize(keep[0].code) in preamble_sentences and keep[0].code:
-        keep.pop(0)
-    if keep:
-        restated = _STATEMENT_RE.match(keep[0].code)
+    first, last = 0, len(sentences)  # the kept sentences: sentences[first:last]
+    while first < last and sentences[first].code and _normalize(sentences[first].code) in preamble_sentences:
+        first += 1
+    if first < last:
+        restated = _STATEMENT_RE.match(sentences[first].code)
         if restated is not None:
             same = wanted is not None and (restated.group(1), _normalize(restated.group(2))) == (
                 wanted.group(1),
                 _normalize(wanted.group(2)),
             )
             if not same:
-                findings.append(ScriptFinding("statement_mismatch", "statement_tampering", keep[0].code[:200]))
-            keep.pop(0)
-    if keep and re.fullmatch(r"Proof(?:\s+(?:using|with)\b.*)?", keep[0].code, re.S):
-        keep.pop(0)
-    if keep and keep[-1].code in ("Qed", "Defined"):
-        keep.pop()
+                findings.append(
+                    ScriptFinding("statement_mismatch", "statement_tampering", sentences[first].code[:200])
+                )
+            first += 1
+    if first < last and re.fullmatch(r"Proof(?:\s+(?:using|with)\b.*)?", sentences[first].code, re.S):
+        first += 1
+    if first < last and sentences[last - 1].code in ("Qed", "Defined"):
+        last -= 1
+    keep = sentences[first:last]
     per_sentence: list[list[ScriptFinding]] = []
     for sentence in keep:
         own: list[ScriptFinding] = []
@@ -392,18 +396,19 @@ _RUNNABLE_REJECTIONS = frozenset({"forbidden_word:admit", "forbidden_word:give_u
 
 def _span_flags(screening: _Screening, rejected: bool, disallowed: Sequence[str]) -> list[tuple[str, ...]]:
     """The hack-detector flags of each kept sentence ("Span signals" in the :mod:`.proofs` module docstring)."""
-    placeholder_at = [
-        k for k, own in enumerate(screening.per_sentence) if any(f.category == "placeholder" for f in own)
-    ]
+    last_placeholder = max(
+        (k for k, own in enumerate(screening.per_sentence) if any(f.category == "placeholder" for f in own)),
+        default=-1,
+    )
     axioms = {axiom.rsplit(".", 1)[-1] for axiom in disallowed}
     result: list[tuple[str, ...]] = []
     for k, (sentence, own) in enumerate(zip(screening.sentences, screening.per_sentence, strict=True)):
         flags = ["rejected"] if rejected else []
         flags += [_SPAN_FLAG.get(f.category, f.category) for f in own]
         head = _IDENT_RE.match(_sentence_head(sentence.code))
-        if head and head.group(0) in _HYPOTHESIS_TACTICS and any(j >= k for j in placeholder_at):
+        if head and head.group(0) in _HYPOTHESIS_TACTICS and k <= last_placeholder:
             flags.append("new_hypothesis")
-        if axioms & set(_IDENT_RE.findall(sentence.code)):
+        if axioms and axioms & set(_IDENT_RE.findall(sentence.code)):
             flags.append("disallowed_axiom")
         result.append(tuple(dict.fromkeys(flags)))
     return result

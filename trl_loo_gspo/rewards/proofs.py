@@ -23,11 +23,36 @@ and unsound tactics, a verbatim restatement of the dataset's preamble and theore
 (rlimits, process-group timeout, scrubbed environment, bubblewrap when available).
 
 Scoring: 1.0 pass; 0.0 fail (rule rejection, ``coqc`` error, incomplete proof, disallowed assumptions, memory or
-output limit); 0.0 with anomaly ``"timeout"`` when the check runs out of time — a proof that does not finish in the
-budget is the policy's failure, not an infrastructure one, but it is flagged so that a too-small budget shows up in
-the anomaly metrics; 0.0 with anomaly ``"parse_failure"`` when no proof script could be extracted; ``None`` with
-``"sandbox_failure"`` when the sandbox or ``coqc`` crashed, and with ``"verifier_exception"`` when the dataset row
-itself does not compile (an error located in the preamble or statement) or the verifier failed.
+output limit, ``coqc`` crashing on the proof); 0.0 with anomaly ``"timeout"`` when the check runs out of time — a
+proof that does not finish in the budget is the policy's failure, not an infrastructure one, but it is flagged so
+that a too-small budget shows up in the anomaly metrics; 0.0 with anomaly ``"parse_failure"`` when no proof script
+could be extracted; 0.0 with anomaly ``"oversize"`` for a completion over ``max_completion_chars`` (100 000), scored
+without lexing or running anything.
+
+Verdicts come from channels the proof cannot write
+--------------------------------------------------
+``None`` (unscorable) takes an answer out of the leave-one-out baseline, so a proof that could make its own failure
+look unscorable would never be penalised — a learnable escape. Everything the proof's text or output could cause is
+therefore 0.0, and ``None`` is kept for faults *shown* to lie in the infrastructure or the dataset, by evidence the
+proof cannot forge; nothing ``coqc`` prints (a ``File "...", line N`` location, a ``bwrap: ...`` line, both
+printable by ``idtac`` or ``fail "..."``) decides a verdict:
+
+* ``None`` with ``"sandbox_failure"`` when bubblewrap's own status channel (``--json-status-fd``, see
+  :mod:`~trl_loo_gspo.rewards.limited_run`) reports that ``coqc`` never ran;
+* ``None`` with ``"verifier_exception"`` when the dataset row itself does not compile: the *statement check* — the
+  preamble, the statement, ``Proof. Admitted.`` and the ``Print Assumptions`` footer, with no candidate text — fails.
+  It runs only when a candidate's check failed, once per (preamble, statement, ``coqc`` version and arguments), and
+  its verdict is cached (:meth:`CoqBackend.statement_check`); a statement whose check cannot conclude (it times
+  out, or its sandbox fails) makes the row ``None`` with ``"sandbox_failure"``, uncached;
+* when ``coqc`` ran and exited with an unexpected status (a signal, a code other than 0/1, or success without the
+  assumption report), the statement check is run afresh as a known-good file in the same sandbox: when it compiles,
+  the crash was the proof's doing (0.0); otherwise the row is ``None`` as above;
+* a theorem column without a named statement, a missing column, or a bug in the verifier: ``None`` with
+  ``"verifier_exception"``.
+
+Residual risk: a proof that exhausts the *host* (not its own rlimits) while a statement check runs could make that
+check inconclusive and its own row ``None``; the statement check is cached once conclusive, so this needs the
+first failing completion of a row.
 
 :meth:`CoqVerifier.hack_score` is a static P_hack detector (placeholders, new axioms, statement tampering, escapes).
 
@@ -62,6 +87,7 @@ an unscorable outcome (sandbox failure, a dataset row that does not compile): ``
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -69,10 +95,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .base import SpanSignal, Verifier, VerifierResult
@@ -103,6 +131,7 @@ __all__ = [
     "ProofCheck",
     "ScriptFinding",
     "SentenceTrace",
+    "StatementCheck",
     "analyze_coq_script",
     "extract_proof_script",
 ]
@@ -137,12 +166,16 @@ class ProofCheck:
 
     Attributes:
         status: ``"pass"``, ``"fail"``, ``"timeout"``, ``"header_error"`` (the trusted preamble/statement does not
-            compile), ``"crash"`` (the checker or sandbox failed).
+            compile on its own: the statement check failed), ``"crash"`` (the sandbox did not run ``coqc``, or the
+            statement check could not conclude).
         assumptions: axioms the theorem depends on (``None`` when not computed).
-        error: an excerpt of the checker's error message.
+        error: an excerpt of the checker's error message (for ``"header_error"``: the statement check's).
         error_location: ``{"region": "preamble"|"proof"|"end"|..., "line": n, "chars": [a, b]}`` with ``line``
-            relative to the proof script's first line when ``region == "proof"``.
+            relative to the proof script's first line when ``region == "proof"``. Informational only — never used
+            for a verdict (the proof can print text that looks like a location); for ``"header_error"`` it comes
+            from the statement check, whose file holds no candidate text.
         unsafe: non-axiom entries of the assumption report (type-in-type, unchecked guard/positivity, ...).
+        basis: what the verdict rests on, in words (the channel that decided it).
     """
 
     status: str
@@ -152,6 +185,40 @@ class ProofCheck:
     unsafe: list[str] = field(default_factory=list)
     elapsed: float = 0.0
     output: str = ""
+    basis: str = ""
+
+
+@dataclass
+class StatementCheck:
+    """Whether a dataset row compiles on its own: preamble, statement, ``Proof. Admitted.``, ``Print Assumptions``.
+
+    Attributes:
+        status: ``"ok"`` (it compiles and the assumption report was written), ``"broken"`` (``coqc`` ran and
+            rejected it: the dataset's fault), ``"inconclusive"`` (time-out, the sandbox did not run ``coqc``, or
+            an unexpected exit status; never cached).
+        error: an excerpt of ``coqc``'s error (``"broken"``) or what went wrong (``"inconclusive"``).
+        error_location: where ``coqc`` located the error (``"broken"``); see :class:`ProofCheck`.
+        cached: this result was read from the cache (no ``coqc`` run).
+    """
+
+    status: str
+    error: str = ""
+    error_location: dict[str, Any] | None = None
+    elapsed: float = 0.0
+    cached: bool = False
+
+
+class _StatementSlot:
+    """One cache entry of :meth:`CoqBackend.statement_check`: its lock (one ``coqc`` run per key, even across
+    threads) and its conclusive result, once known."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.result: StatementCheck | None = None
+
+
+#: Rows whose statement check is remembered (least recently used first out).
+_STATEMENT_CACHE_SIZE = 4096
 
 
 @dataclass
@@ -297,6 +364,8 @@ class CoqBackend(ProofBackend):
         where = subprocess.run([path, "-where"], capture_output=True, text=True, timeout=60).stdout.strip()
         if where:
             self.extra_ro.append(where)
+        self._statements: OrderedDict[str, _StatementSlot] = OrderedDict()
+        self._statements_lock = threading.Lock()
         self.use_bwrap = False
         if sandbox != "none":
             ok, why = self._probe_bwrap()
@@ -335,7 +404,7 @@ class CoqBackend(ProofBackend):
         ``Redirect "<name>" ...`` command wrote (``None`` when it was not written).
         """
         with tempfile.TemporaryDirectory(prefix="coq-check-") as workdir:
-            with open(os.path.join(workdir, "Check.v"), "w", encoding="utf-8") as handle:
+            with open(os.path.join(workdir, "Check.v"), "w", encoding="utf-8", errors="replace") as handle:
                 handle.write(source)
             outcome = run_limited(
                 [self.coqc, "-q", *self.coqc_args, "Check.v"],
@@ -355,13 +424,15 @@ class CoqBackend(ProofBackend):
         return outcome, found
 
     def check(self, theorem: str, proof: str, timeout: float, preamble: str = "") -> ProofCheck:
-        """Compile ``preamble + theorem + Proof. + proof + Qed.`` and report the theorem's assumptions."""
+        """Compile ``preamble + theorem + Proof. + proof + Qed.`` and report the theorem's assumptions.
+
+        The verdict rests only on channels the proof cannot write (see "Verdicts come from channels the proof
+        cannot write" in the module docstring): our own clock, bubblewrap's status channel, ``coqc``'s exit status,
+        the nonce-named assumption report, and the statement check (:meth:`statement_check`) — never on
+        ``coqc``'s printed text.
+        """
         name = theorem_name(theorem)
-        theorem = theorem.strip()
-        if not theorem.endswith("."):
-            theorem += "."
-        header = (preamble.strip() + "\n" if preamble.strip() else "") + theorem + "\nProof.\n"
-        first_proof_line = header.count("\n") + 1
+        header, first_proof_line = _header(theorem, preamble)
         proof = proof.strip("\n")
         end_line = first_proof_line + proof.count("\n") + 1  # the line of our Qed.
         nonce = "assumptions_" + secrets.token_hex(8)
@@ -371,24 +442,85 @@ class CoqBackend(ProofBackend):
         output = (outcome.stdout + outcome.stderr).strip()
         base = {"elapsed": round(outcome.elapsed, 3), "output": output[-2000:]}
         if outcome.timed_out:
-            return ProofCheck("timeout", error=f"coqc exceeded {timeout:g}s", **base)
-        if outcome.returncode == 0:
-            if report is None:
-                return ProofCheck("crash", error="coqc succeeded but wrote no assumption report", **base)
+            return ProofCheck("timeout", error=f"coqc exceeded {timeout:g}s", basis="the wall clock", **base)
+        if not outcome.started:
+            error = "the sandbox did not run coqc: " + (outcome.stderr.strip()[:1000] or f"exit {outcome.returncode}")
+            return ProofCheck("crash", error=error, basis="bubblewrap's status channel reported no exit", **base)
+        if outcome.returncode == 0 and report is not None:
             assumptions, unsafe = _parse_assumptions(report)
-            return ProofCheck("pass", assumptions=assumptions, unsafe=unsafe, **base)
-        if "bwrap:" in outcome.stderr:
-            return ProofCheck("crash", error=outcome.stderr.strip()[:1000], **base)
-        lowered = output.lower()
-        if "out of memory" in lowered or "stack overflow" in lowered:
-            return ProofCheck("fail", error=_error_excerpt(output) or "out of memory", **base)
+            return ProofCheck(
+                "pass", assumptions=assumptions, unsafe=unsafe, basis="coqc exit 0 and the assumption report", **base
+            )
+        error = self._failure_excerpt(outcome, output, report is not None)
+        location = _error_location(outcome.stderr or output, first_proof_line, end_line)
+        clean_error = outcome.returncode == 1  # coqc rejected the file: an ordinary Coq error
+        statement = (self.statement_check if clean_error else self._run_statement)(theorem, preamble, timeout)
+        basis = f"coqc exit {outcome.returncode}; statement check {statement.status}" + (
+            " (cached)" if statement.cached else ""
+        )
+        if statement.status == "broken":
+            error = f"the statement alone does not compile: {statement.error}"
+            return ProofCheck(
+                "header_error", error=error, error_location=statement.error_location, basis=basis, **base
+            )
+        if statement.status == "inconclusive":
+            error = f"the statement check could not conclude ({statement.error}); the proof's run: {error}"
+            return ProofCheck("crash", error=error, basis=basis, **base)
+        return ProofCheck("fail", error=error, error_location=location, basis=basis, **base)
+
+    @staticmethod
+    def _failure_excerpt(outcome: RunOutcome, output: str, reported: bool) -> str:
+        """A short description of a failed run (for ``details["error"]``; never used for a verdict)."""
         if outcome.returncode in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
-            return ProofCheck("fail", error="output/file size limit exceeded", **base)
-        if outcome.returncode != 1 or "Error" not in output:
-            return ProofCheck("crash", error=f"coqc exited with {outcome.returncode}: {output[-1000:]}", **base)
-        location = _error_location(output, first_proof_line, end_line)
-        status = "header_error" if location and location["region"] in ("preamble", "footer") else "fail"
-        return ProofCheck(status, error=_error_excerpt(output), error_location=location, **base)
+            return "output/file size limit exceeded"
+        if outcome.returncode == 0 and not reported:
+            return "coqc succeeded but wrote no assumption report"
+        if outcome.returncode != 1:
+            return f"coqc exited with {outcome.returncode}: {output[-1000:]}"
+        return _error_excerpt(output)
+
+    def statement_check(self, theorem: str, preamble: str, timeout: float) -> StatementCheck:
+        """:class:`StatementCheck` of a dataset row, run at most once per (preamble, statement, ``coqc`` version and
+        arguments) and cached when conclusive (``cached=True`` on later calls); thread-safe."""
+        key = hashlib.sha256(
+            "\0".join([self._version, *self.coqc_args, preamble.strip(), theorem.strip()]).encode("utf-8", "replace")
+        ).hexdigest()
+        with self._statements_lock:
+            slot = self._statements.get(key)
+            if slot is None:
+                slot = self._statements[key] = _StatementSlot()
+                if len(self._statements) > _STATEMENT_CACHE_SIZE:
+                    self._statements.popitem(last=False)
+            else:
+                self._statements.move_to_end(key)
+        with slot.lock:
+            if slot.result is not None:
+                return replace(slot.result, cached=True)
+            result = self._run_statement(theorem, preamble, timeout)
+            if result.status != "inconclusive":
+                slot.result = result
+            return result
+
+    def _run_statement(self, theorem: str, preamble: str, timeout: float) -> StatementCheck:
+        """Compile the row with ``Proof. Admitted.`` and its ``Print Assumptions`` footer (no candidate text): the
+        statement check, uncached — also the known-good file that tells a proof's crash from a broken sandbox."""
+        name = theorem_name(theorem)
+        header, first_proof_line = _header(theorem, preamble)
+        nonce = "statement_" + secrets.token_hex(8)
+        source = f'{header}Admitted.\nRedirect "{nonce}" Print Assumptions {name}.\n'
+        outcome, reports = self._compile(source, timeout, [nonce])
+        output = (outcome.stdout + outcome.stderr).strip()
+        elapsed = round(outcome.elapsed, 3)
+        if outcome.timed_out:
+            return StatementCheck("inconclusive", f"the statement alone exceeded {timeout:g}s", elapsed=elapsed)
+        if not outcome.started:
+            return StatementCheck("inconclusive", "the sandbox did not run coqc", elapsed=elapsed)
+        if outcome.returncode == 0 and reports[nonce] is not None:
+            return StatementCheck("ok", elapsed=elapsed)
+        if outcome.returncode == 1:
+            location = _error_location(outcome.stderr or output, first_proof_line, first_proof_line)
+            return StatementCheck("broken", _error_excerpt(output), location, elapsed)
+        return StatementCheck("inconclusive", f"coqc exited with {outcome.returncode}", elapsed=elapsed)
 
     def trace_goals(self, theorem: str, proof: str, timeout: float, preamble: str = "") -> GoalTrace:
         """Run ``proof`` once with a goal probe after every sentence: which sentences Coq accepted, and open goals.
@@ -403,9 +535,9 @@ class CoqBackend(ProofBackend):
         ``Redirect`` in proofs), so nothing the proof prints can be mistaken for a probe. Sandbox and limits are
         those of :meth:`check` (same :meth:`_compile`). ``ValueError`` when ``proof`` cannot be lexed.
         """
-        theorem = theorem.strip()
-        if not theorem.endswith("."):
-            theorem += "."
+        stated = theorem.strip()
+        if not stated.endswith("."):
+            stated += "."
         sentences = _lex_sentences(proof)
         nonce = "goals_" + secrets.token_hex(8)
         groups: list[list[int]] = []
@@ -422,7 +554,7 @@ class CoqBackend(ProofBackend):
                 pending, pos = [], sentence.end
         pieces.append(proof[pos:])
         head = (preamble.strip() + "\n" if preamble.strip() else "") + "Set Printing Unfocused.\n"
-        source = f'{head}{theorem}\nProof.\nRedirect "{nonce}_init" Show.\n{"".join(pieces)}\nAbort.\n'
+        source = f'{head}{stated}\nProof.\nRedirect "{nonce}_init" Show.\n{"".join(pieces)}\nAbort.\n'
         names = [f"{nonce}_init", *(f"{nonce}_{g}" for g in range(len(groups)))]
         outcome, reports = self._compile(source, timeout, names)
         output = (outcome.stdout + outcome.stderr).strip()
@@ -431,9 +563,9 @@ class CoqBackend(ProofBackend):
         if not initial:  # the proof never started
             if outcome.timed_out:
                 status = "timeout"
-            elif outcome.returncode == 1 and "Error" in output and "bwrap:" not in outcome.stderr:
+            elif outcome.started and self.statement_check(theorem, preamble, timeout).status == "broken":
                 status = "header_error"
-            else:
+            else:  # the proof never ran (coqc runs sentence by sentence): nothing of its own failed
                 status = "crash"
             return GoalTrace(status, [], None, elapsed, _error_excerpt(output))
         steps: list[SentenceTrace] = [SentenceTrace(False, None, None) for _ in sentences]
@@ -509,10 +641,24 @@ def _parse_assumptions(report: str) -> tuple[list[str], list[str]]:
     return axioms, unsafe
 
 
-_LOCATION_RE = re.compile(r'File "[^"]*", line (\d+), characters (\d+)-(\d+):')
+#: The location line of ``coqc``'s error: at the start of a line and directly followed by ``Error``; the first one
+#: is taken (``coqc`` stops at its first error; text a failing tactic prints comes after it).
+_LOCATION_RE = re.compile(r'^File "[^"\n]*", line (\d+), characters (\d+)-(\d+):\n?Error', re.M)
+
+
+def _header(theorem: str, preamble: str) -> tuple[str, int]:
+    """The trusted head of a checked file — the preamble, the statement (with its final ``.``) and ``Proof.`` — and
+    the number of the first line after it."""
+    statement = theorem.strip()
+    if not statement.endswith("."):
+        statement += "."
+    header = (preamble.strip() + "\n" if preamble.strip() else "") + statement + "\nProof.\n"
+    return header, header.count("\n") + 1
 
 
 def _error_location(output: str, first_proof_line: int, end_line: int) -> dict[str, Any] | None:
+    """Where ``coqc`` located its error (see :data:`_LOCATION_RE`), by region of the checked file; informational:
+    a proof can print a line that looks like one, so no verdict depends on it."""
     match = _LOCATION_RE.search(output)
     if match is None:
         return None
@@ -553,10 +699,14 @@ class CoqVerifier(Verifier):
         max_workers: parallel ``coqc`` processes in :meth:`verify_batch`.
         emit_spans: also fill ``VerifierResult.spans`` with one ``tactic`` span per proof sentence (see "Span
             signals" in the module docstring); costs one extra sandboxed ``coqc`` run per scored completion.
+        max_completion_chars: completions longer than this score 0.0, ``"fail"``, anomaly ``"oversize"`` in
+            :meth:`safe_verify` (and the TRL interface), without being lexed or run; ``None``: no cap. Default
+            100 000 (a proof script is short; the screening is linear, but a megabyte still costs ~0.3 s).
     """
 
     name = "coq"
-    version = "1"
+    version = "2"
+    max_completion_chars: int | None = 100_000
 
     def __init__(
         self,
@@ -568,9 +718,11 @@ class CoqVerifier(Verifier):
         sandbox: str = "auto",
         memory_mb: int = 4096,
         emit_spans: bool = False,
+        max_completion_chars: int | None = 100_000,
     ) -> None:
         super().__init__()
         self.emit_spans = emit_spans
+        self.max_completion_chars = max_completion_chars
         self.backend = backend if backend is not None else CoqBackend(sandbox=sandbox, memory_mb=memory_mb)
         self.allowed_axioms = tuple(allowed_axioms)
         self.timeout = timeout
@@ -606,6 +758,8 @@ class CoqVerifier(Verifier):
             return VerifierResult(0.0, "fail", "parse_failure", details)
         check = self.backend.check(theorem, script, self.timeout, preamble=preamble)
         details.update(elapsed=check.elapsed, assumptions=check.assumptions)
+        if getattr(check, "basis", ""):
+            details["verdict_basis"] = check.basis
         if check.error:
             details["error"] = check.error
         if check.error_location:
@@ -616,7 +770,7 @@ class CoqVerifier(Verifier):
             details["output"] = check.output
             return VerifierResult(None, "unscorable", "sandbox_failure", details)
         if check.status == "header_error":
-            details["reason"] = "the dataset's preamble/statement does not compile"
+            details["reason"] = "the dataset's preamble/statement does not compile on its own (with Proof. Admitted.)"
             return VerifierResult(None, "unscorable", "verifier_exception", details)
         if check.status != "pass":
             return VerifierResult(0.0, "fail", None, details)
@@ -693,8 +847,11 @@ class CoqVerifier(Verifier):
         ``Variable``/``Conjecture``), statement tampering (a different restated statement, ``Theorem``/``Reset``/
         ``Back``/``Qed`` mid-script ...), escapes (``Load``, ``Require``, ``Redirect``, ``Drop``, ``Declare`` ...);
         0.8: strings that mimic the assumption report; 0.5: ``*_no_check`` tactics; 0.3: other vernacular; 0 else.
-        No ``coqc`` run is needed.
+        No ``coqc`` run is needed. A completion over :attr:`max_completion_chars` scores 1.0 without being read
+        (:meth:`safe_verify` scores it 0.0 unchecked; padding past the cap must not be a way around this penalty).
         """
+        if self.is_oversize(completion):
+            return 1.0
         theorem = columns.get("theorem") or ""
         _, findings = analyze_coq_script(extract_proof_script(completion), theorem, columns.get("preamble") or "")
         return max((HACK_WEIGHTS.get(f.category, 0.3) for f in findings), default=0.0)
