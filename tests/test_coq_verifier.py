@@ -1,10 +1,15 @@
 """CoqVerifier: real ``coqc`` runs (skipped, with the reason, where Coq is not installed), screening, Lean stub."""
 
 import shutil
+import time
+from pathlib import Path
 
 import pytest
 
+from trl_loo_gspo.rewards import proofs
 from trl_loo_gspo.rewards.base import VerifierResult
+from trl_loo_gspo.rewards.coq_script import _screen_coq_script, _sentence_head, _span_flags
+from trl_loo_gspo.rewards.limited_run import RunOutcome
 from trl_loo_gspo.rewards.proofs import (
     CoqBackend,
     CoqVerifier,
@@ -184,6 +189,169 @@ def test_script_extraction_and_lexing():
     assert findings and findings[0].rule == "not_a_tactic:Qed"
     _, findings = analyze_coq_script("auto. (* unterminated", ADD_0_R)
     assert findings[0].rule == "unlexable"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Verdicts come from channels the proof cannot write
+# --------------------------------------------------------------------------------------------------------------------
+
+FORGERIES = {
+    "idtac fake location": 'idtac "File ""/tmp/x.v"", line 1, characters 0-1:". intros n. reflexivity.',
+    "fail with a fake location": 'fail "File ""./Check.v"", line 1, characters 0-1:".',
+    "fail with a location and Error on their own lines": (
+        'intros n. fail "\nFile ""./Check.v"", line 1, characters 0-5:\nError: The reference x was not found".'
+    ),
+    "fail with a fake bwrap line": 'intros n. fail "bwrap: Can\'t create file at /tmp: No space left on device".',
+    "idtac fake bwrap line": 'idtac "bwrap: Can\'t mount proc on /newroot/proc". intros n. reflexivity.',
+    "fake location in a nested tactic": 'intros n. exact (I : ltac:(fail "File ""a"", line 0, characters 0-0:")).',
+}
+
+
+@requires_coq
+@pytest.mark.parametrize("proof", list(FORGERIES.values()), ids=list(FORGERIES))
+def test_a_proof_cannot_forge_an_unscorable_verdict(verifier, proof):
+    result = check(verifier, proof)
+    assert (result.score, result.status, result.anomaly) == (0.0, "fail", None), result.details
+    assert result.details["verdict_basis"].startswith("coqc exit 1; statement check ok")
+
+
+@requires_coq
+def test_printed_error_locations_are_informational_and_the_real_one_is_found(verifier):
+    proof = 'intros n.\nfail "\nFile ""./Check.v"", line 1, characters 0-1:\nError: bwrap: forged".'
+    location = check(verifier, proof).details["error_location"]
+    assert (location["region"], location["line"]) == ("proof", 2)  # coqc's own location, not the printed one
+
+
+def statement_runs(monkeypatch) -> list[str]:
+    """Record every statement-check file (``Proof. Admitted.``, no candidate text) that reaches ``coqc``."""
+    runs: list[str] = []
+    real = proofs.run_limited
+
+    def counting(argv, workdir, timeout, **kwargs):
+        path = Path(workdir, "Check.v")  # (the sandbox probe of a new backend runs no file)
+        if path.exists() and "\nAdmitted.\n" in path.read_text():
+            runs.append(path.read_text())
+        return real(argv, workdir, timeout, **kwargs)
+
+    monkeypatch.setattr(proofs, "run_limited", counting)
+    return runs
+
+
+@requires_coq
+def test_a_statement_that_does_not_compile_is_unscorable_checked_once(monkeypatch):
+    runs = statement_runs(monkeypatch)
+    verifier = CoqVerifier(timeout=15, max_workers=2)
+    row = {"theorem": "Theorem broken_row : forall n : nat, n + 0 = m."}  # m is unbound: the dataset's fault
+    first, second = verifier.verify_batch(["intros n. reflexivity.", GOOD], [row, row])
+    for result in (first, second):
+        assert (result.score, result.status, result.anomaly) == (None, "unscorable", "verifier_exception")
+        assert "does not compile on its own" in result.details["reason"]
+        assert "statement alone does not compile" in result.details["error"]
+        assert "The reference m was not found" in result.details["error"]
+        assert result.details["error_location"]["region"] == "preamble"
+    assert len(runs) == 1  # once for both completions, run in parallel
+    assert sorted("(cached)" in r.details["verdict_basis"] for r in (first, second)) == [False, True]
+    third = verifier.safe_verify("intros n. auto.", **row)
+    assert third.score is None and len(runs) == 1
+
+
+@requires_coq
+def test_the_statement_check_runs_only_for_failed_proofs_and_is_cached(monkeypatch):
+    runs = statement_runs(monkeypatch)
+    verifier = CoqVerifier(timeout=15)
+    theorem = "Theorem cached_row : forall n : nat, 0 + n = n."
+    assert verifier.safe_verify("intros n. reflexivity.", theorem=theorem).score == 1.0
+    assert runs == []  # a pass needs no statement check
+    for proof in ("intros n. exact I.", "intros n. omega."):
+        assert verifier.safe_verify(proof, theorem=theorem).score == 0.0
+    assert len(runs) == 1 and "Theorem cached_row" in runs[0] and "exact I" not in runs[0]
+
+
+def fake_runs(monkeypatch, candidate: RunOutcome | None, statement: RunOutcome | None) -> None:
+    """Replace the outcome of the candidate's run and/or of statement runs (``None``: really run it)."""
+    real = proofs.run_limited
+
+    def faking(argv, workdir, timeout, **kwargs):
+        path = Path(workdir, "Check.v")
+        is_statement = path.exists() and "\nAdmitted.\n" in path.read_text()
+        fake = statement if is_statement else candidate
+        return fake if fake is not None else real(argv, workdir, timeout, **kwargs)
+
+    monkeypatch.setattr(proofs, "run_limited", faking)
+
+
+@requires_coq
+def test_a_checker_crash_is_the_proofs_fault_when_the_same_sandbox_compiles_the_statement(verifier, monkeypatch):
+    segfault = RunOutcome(139, "", "Segmentation fault", False, 0.1, started=True)
+    fake_runs(monkeypatch, candidate=segfault, statement=None)
+    result = check(verifier, "intros n. vm_compute. reflexivity.")
+    assert (result.score, result.status, result.anomaly) == (0.0, "fail", None), result.details
+    assert result.details["verdict_basis"] == "coqc exit 139; statement check ok"
+
+
+@requires_coq
+@pytest.mark.parametrize("candidate_rc", [1, 139])
+def test_a_sandbox_that_cannot_run_the_statement_either_is_unscorable(verifier, monkeypatch, candidate_rc):
+    broken_sandbox = RunOutcome(1, "", "bwrap: Can't mount tmpfs", False, 0.1, started=False)
+    fake_runs(monkeypatch, RunOutcome(candidate_rc, "", "", False, 0.1, started=True), broken_sandbox)
+    result = check(verifier, "intros n. auto.", theorem="Theorem never_cached : forall n : nat, n = n.")
+    assert (result.score, result.status, result.anomaly) == (None, "unscorable", "sandbox_failure"), result.details
+
+
+@requires_coq
+def test_a_real_sandbox_failure_is_read_from_bubblewraps_status_channel(verifier):
+    if not verifier.backend.use_bwrap:
+        pytest.skip("bubblewrap is not usable here")
+    backend = CoqBackend(sandbox="bwrap")
+    backend.coqc = "/nonexistent/coqc"  # bubblewrap sets up the sandbox, then cannot start the command
+    result = CoqVerifier(timeout=15, backend=backend).safe_verify(GOOD, theorem=ADD_0_R)
+    assert (result.score, result.status, result.anomaly) == (None, "unscorable", "sandbox_failure"), result.details
+    assert "status channel" in result.details["verdict_basis"]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Linear-time screening, and the size cap
+# --------------------------------------------------------------------------------------------------------------------
+
+MB = 1_000_000
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "(*" * (MB // 2),
+        "(*" * (MB // 4) + "*)" * (MB // 4) + " auto.",
+        '"' * MB,
+        "." * MB,
+        "{ " * (MB // 2) + "auto.",
+        "assert True. admit. " * 15_000,  # 300 kB; was quadratic in the span flags
+        "a. " * 33_000,  # 100 kB (the size cap) of one-character sentences
+    ],
+    ids=["comment-openers", "nested-comments", "quotes", "dots", "braces", "assert-admit", "sentences"],
+)
+def test_screening_adversarial_scripts_takes_well_under_a_second(script):
+    start = time.perf_counter()
+    screening = _screen_coq_script(script, ADD_0_R)
+    if screening.lexed:
+        _span_flags(screening, False, ["classic"])
+    assert time.perf_counter() - start < 1.0  # generous: the old lexer took 30-40 s on the quadratic shapes
+
+
+def test_sentence_heads_are_found_in_one_pass():
+    start = time.perf_counter()
+    assert _sentence_head("- { " * 250_000 + "2: auto") == "auto"
+    assert time.perf_counter() - start < 1.0  # was one copy of the sentence per bullet: quadratic
+    assert _sentence_head("} { 1, 2 - 3: [g]: - simpl") == "simpl"
+
+
+@requires_coq
+@pytest.mark.parametrize("script", ["(*" * (MB // 2), '"' * MB, "a. " * (MB // 3)], ids=["comments", "quotes", "dots"])
+def test_a_megabyte_completion_is_oversize_not_checked(verifier, script):
+    start = time.perf_counter()
+    result = check(verifier, script)
+    hack = verifier.hack_score(script, theorem=ADD_0_R)
+    assert time.perf_counter() - start < 1.0
+    assert (result.score, result.status, result.anomaly) == (0.0, "fail", "oversize") and hack == 1.0
 
 
 def test_lean_backend_reports_unavailable():

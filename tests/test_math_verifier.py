@@ -1,10 +1,12 @@
 """MathVerifier on math-verify: equivalent and non-equivalent final answers, garbage, huge completions."""
 
+import random
 import time
 
 import pytest
 
 from trl_loo_gspo.rewards import MathVerifier, VerifierResult
+from trl_loo_gspo.rewards.math import _boxed_contents
 
 pytest.importorskip("math_verify")
 
@@ -131,3 +133,67 @@ def test_hack_score_flags_hedged_and_spammed_answers():
 def test_result_rejects_unknown_anomaly_kinds():
     with pytest.raises(ValueError):
         VerifierResult(0.0, "fail", "oops")
+
+
+def quadratic_boxed_contents(text: str) -> list[str]:
+    """The former implementation (a depth count from every opener), as the reference."""
+    import re
+
+    contents = []
+    for match in re.finditer(r"\\boxed\s*\{", text):
+        depth, start = 1, match.end()
+        for position in range(start, len(text)):
+            depth += text[position] == "{"
+            depth -= text[position] == "}"
+            if depth == 0:
+                contents.append(text[start:position].strip())
+                break
+    return contents
+
+
+def test_boxed_contents_match_the_former_depth_count_on_random_text():
+    rng = random.Random("boxed")
+    pieces = ["\\boxed{", "\\boxed {", "\\boxed", "{", "}", "}}", "x", " ", "\n", "2", "\\frac{1}{2}"]
+    nonempty = 0
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 14)))
+        expected = quadratic_boxed_contents(text)
+        assert _boxed_contents(text) == expected, repr(text)
+        nonempty += bool(expected)
+    assert nonempty > 5_000
+
+
+MB = 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("\\boxed{" * (MB // 7), 0.0),  # nothing closed: no answer
+        ("\\boxed{" * (MB // 14) + "}" * (MB // 14), 1.0),  # nested: many distinct boxed answers
+        ("{" * (MB // 2) + "\\boxed{" + "}" * (MB // 2), 0.0),  # one answer, deep in braces
+    ],
+    ids=["unclosed", "nested", "deep-braces"],
+)
+def test_hack_score_is_linear_on_a_megabyte_of_boxes(text, expected):
+    uncapped = MathVerifier(max_completion_chars=None)
+    start = time.perf_counter()
+    assert uncapped.hack_score(text) == expected
+    assert time.perf_counter() - start < 1.0  # generous: the former scan took minutes (37 s for 70 kB unclosed)
+
+
+def test_oversize_completions_score_zero_and_count_as_hacks():
+    text = "\\boxed{" * (MB // 7)
+    verifier = MathVerifier()
+    start = time.perf_counter()
+    result = verifier.safe_verify(text, answer="1")
+    assert (result.score, result.status, result.anomaly) == (0.0, "fail", "oversize")
+    assert result.details["completion_chars"] == len(text) and result.details["max_completion_chars"] == 100_000
+    assert verifier.hack_score(text) == 1.0 and MathVerifier.hack_score(text) == 1.0
+    assert time.perf_counter() - start < 1.0
+    assert MathVerifier.max_completion_chars == 100_000
+    small = MathVerifier(max_completion_chars=20)
+    assert small.safe_verify("$\\boxed{2}$" + " " * 20, answer="2").anomaly == "oversize"
+    assert small.hack_score("$\\boxed{2}$" + " " * 20) == 1.0  # the instance's cap, not the class's
+    assert MathVerifier.hack_score("$\\boxed{2}$" + " " * 20) == 0.0
+    assert small.safe_verify("$\\boxed{2}$", answer="2").score == 1.0
