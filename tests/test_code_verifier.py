@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import random
+import re
 import shutil
 import socket
 import subprocess
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from trl_loo_gspo.rewards import sandbox as sandbox_module
-from trl_loo_gspo.rewards.code import CodeVerifier, code_bounds, extract_code, normalize_output
+from trl_loo_gspo.rewards.code import CodeVerifier, _unterminated_python, code_bounds, extract_code, normalize_output
 
 from .helpers import small_sandbox_limits as small_limits
 
@@ -431,10 +433,29 @@ print("nope")
     hostile(verifier, code, io_cases=[{"input": "", "output": "yes"}], marker=marker)
 
 
-@pytest.mark.parametrize("text", ["`" * 1_000_000, "```\n" * 250_000, "```" * 333_333, "```python " * 100_000])
+@pytest.mark.parametrize(
+    "text", ["`" * 1_000_000, "```\n" * 250_000, "```" * 333_333, "```python " * 100_000, "```" + " " * 1_000_000]
+)
 def test_fence_extraction_is_linear(text):
     """1 MB of backticks took minutes with the old fence regex (quadratic backtracking); now well under a second."""
     start = time.perf_counter()
     code_bounds(text)
     CodeVerifier.hack_score(CodeVerifier.__new__(CodeVerifier), text[:150_000])  # under the size cap: analysed
     assert time.perf_counter() - start < 1.0
+
+
+def test_unterminated_fence_scan_matches_the_regex():
+    reference = re.compile(r"```[ \t]*(python3?|py)?[ \t]*\n(.*)\Z", re.DOTALL)  # the old, quadratic search
+    rng = random.Random(0)
+    alphabet = ["`", "```", " ", "\t", "\n", "py", "python", "3", "x", "python3"]
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        match = reference.search(text)
+        assert _unterminated_python(text) == (match.start(2) if match else None), repr(text)
+
+
+def test_oversize_completion(verifier):
+    big = fenced("x = 1\n" + "#" * verifier.max_completion_chars)
+    result = verifier.safe_verify(big, tests=TESTS)
+    assert (result.score, result.status, result.anomaly) == (0.0, "fail", "oversize")
+    assert verifier.hack_score(big, tests=TESTS) == 1.0  # padding past the cap never dodges P_hack

@@ -78,7 +78,6 @@ function whose passed tests are all base cases it handles explicitly (e.g. ``fib
 from __future__ import annotations
 
 import os
-import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -116,12 +115,35 @@ def code_bounds(completion: str) -> tuple[int, int]:
     plain = [(start, end) for lang, start, end in blocks if lang == ""]
     if plain:
         return _strip_newlines(completion, *plain[-1])
-    tail = re.search(r"```[ \t]*(python3?|py)?[ \t]*\n(.*)\Z", completion, re.DOTALL)
-    if tail and not blocks:
-        return _strip_newlines(completion, tail.start(2), tail.end(2))
+    tail = _unterminated_python(completion)
+    if tail is not None and not blocks:
+        return _strip_newlines(completion, tail, len(completion))
     if blocks:  # only other-language fences: nothing that looks like Python
         return 0, 0
     return _strip_newlines(completion, 0, len(completion))
+
+
+def _unterminated_python(text: str) -> int | None:
+    """Where the first ```` ``` ````, ```` ```py ````, ```` ```python ```` or ```` ```python3 ```` fence line ends
+    (blanks allowed around the tag): the content start of an unterminated fence, else ``None``.
+
+    The match of ``re.search(r"```[ \t]*(python3?|py)?[ \t]*\n", text)``, scanned by hand because that regex
+    backtracks quadratically on a long run of blanks; here each blank is skipped once (linear).
+    """
+    pos = text.find("```")
+    while pos >= 0:
+        k = pos + 3
+        while k < len(text) and text[k] in " \t":
+            k += 1
+        for tag in ("python3", "python", "py", ""):
+            if text.startswith(tag, k):
+                n = k + len(tag)
+                while n < len(text) and text[n] in " \t":
+                    n += 1
+                if n < len(text) and text[n] == "\n":
+                    return n + 1
+        pos = text.find("```", pos + 1)
+    return None
 
 
 def _strip_newlines(text: str, start: int, end: int) -> tuple[int, int]:
@@ -353,10 +375,11 @@ class CodeVerifier(Verifier):
         ``encoding_cookie`` (a coding declaration that changes the text), ``early_exit``, ``file_access``,
         ``hardcoded_output`` (an expected io output as a literal), ``unanalysable`` (the analysis failed). The
         signals are listed in :mod:`.code_analysis`; a clean program scores 0.0. Completions longer than
-        :attr:`max_completion_chars` are not analysed (they score 0 reward as ``oversize`` anyway) and get 0.0.
+        :attr:`max_completion_chars` are not analysed and get 1.0 (their reward is 0, ``oversize``; were it 0.0 here,
+        padding a hacked answer past the cap would dodge the penalty).
         """
-        if len(completion) > getattr(self, "max_completion_chars", 200_000):
-            return 0.0
+        if self.is_oversize(completion):  # not read; 1.0 so that padding a hack past the cap cannot dodge P_hack
+            return 1.0
         code = extract_code(completion)
         if not code.strip():
             return 0.0
