@@ -433,10 +433,18 @@ print("nope")
     hostile(verifier, code, io_cases=[{"input": "", "output": "yes"}], marker=marker)
 
 
-@pytest.mark.parametrize(
-    "text", ["`" * 1_000_000, "```\n" * 250_000, "```" * 333_333, "```python " * 100_000, "```" + " " * 1_000_000]
-)
-def test_fence_extraction_is_linear(text):
+LONG_INPUTS = {
+    "backticks": "`" * 1_000_000,
+    "fence lines": "```\n" * 250_000,
+    "fences without newline": "```" * 333_333,
+    "headers": "```python " * 100_000,
+    "blanks after a fence": "```" + " " * 1_000_000,
+}
+
+
+@pytest.mark.parametrize("name", sorted(LONG_INPUTS))
+def test_fence_extraction_is_linear(name):
+    text = LONG_INPUTS[name]
     """1 MB of backticks took minutes with the old fence regex (quadratic backtracking); now well under a second."""
     start = time.perf_counter()
     code_bounds(text)

@@ -78,6 +78,7 @@ function whose passed tests are all base cases it handles explicitly (e.g. ``fib
 from __future__ import annotations
 
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -87,7 +88,7 @@ from .code_analysis import encoding_cookie, normalize_output, program_signals
 from .code_spans import code_spans
 from .entry_judge import channel_records, judge_entry
 from .entry_judge import parse_entry as _parse_entry
-from .fences import find_fences
+from .fences import iter_fences
 from .sandbox import Sandbox, SandboxLimits, SandboxRun
 
 _EXCERPT = 2000
@@ -108,42 +109,37 @@ def code_bounds(completion: str) -> tuple[int, int]:
 
     ``(0, 0)`` when there is no Python to take (only other-language fences).
     """
-    blocks = [(f.lang.lower(), f.start, f.end) for f in find_fences(completion)]  # linear time (fences.py)
-    python = [(start, end) for lang, start, end in blocks if lang in ("python", "py", "python3")]
-    if python:
-        return _strip_newlines(completion, *python[-1])
-    plain = [(start, end) for lang, start, end in blocks if lang == ""]
-    if plain:
-        return _strip_newlines(completion, *plain[-1])
-    tail = _unterminated_python(completion)
-    if tail is not None and not blocks:
-        return _strip_newlines(completion, tail, len(completion))
-    if blocks:  # only other-language fences: nothing that looks like Python
+    python = plain = None
+    any_block = False
+    for fence in iter_fences(completion):  # linear time (fences.py); only the last of each kind matters
+        any_block = True
+        lang = fence.lang.lower()
+        if lang in ("python", "py", "python3"):
+            python = fence
+        elif not lang:
+            plain = fence
+    if python is not None or plain is not None:
+        chosen = python if python is not None else plain
+        return _strip_newlines(completion, chosen.start, chosen.end)
+    if any_block:  # only other-language fences: nothing that looks like Python
         return 0, 0
+    tail = _unterminated_python(completion)
+    if tail is not None:
+        return _strip_newlines(completion, tail, len(completion))
     return _strip_newlines(completion, 0, len(completion))
+
+
+#: An unterminated Python fence's header. The blanks are matched atomically (a lookahead capture, then the same text
+#: as a backreference: Python < 3.11 has no possessive quantifiers) — the plain ``[ \t]*`` version backtracked
+#: quadratically on a long run of blanks; fewer blanks can never help here, so the matches are the same.
+_TAIL_FENCE = re.compile(r"```(?=([ \t]*))\1(?:python3?|py)?(?=([ \t]*))\2\n")
 
 
 def _unterminated_python(text: str) -> int | None:
     """Where the first ```` ``` ````, ```` ```py ````, ```` ```python ```` or ```` ```python3 ```` fence line ends
-    (blanks allowed around the tag): the content start of an unterminated fence, else ``None``.
-
-    The match of ``re.search(r"```[ \t]*(python3?|py)?[ \t]*\n", text)``, scanned by hand because that regex
-    backtracks quadratically on a long run of blanks; here each blank is skipped once (linear).
-    """
-    pos = text.find("```")
-    while pos >= 0:
-        k = pos + 3
-        while k < len(text) and text[k] in " \t":
-            k += 1
-        for tag in ("python3", "python", "py", ""):
-            if text.startswith(tag, k):
-                n = k + len(tag)
-                while n < len(text) and text[n] in " \t":
-                    n += 1
-                if n < len(text) and text[n] == "\n":
-                    return n + 1
-        pos = text.find("```", pos + 1)
-    return None
+    (blanks allowed around the tag): the content start of an unterminated fence, else ``None`` (linear time)."""
+    match = _TAIL_FENCE.search(text)
+    return match.end() if match else None
 
 
 def _strip_newlines(text: str, start: int, end: int) -> tuple[int, int]:
