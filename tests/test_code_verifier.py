@@ -467,3 +467,9 @@ def test_oversize_completion(verifier):
     result = verifier.safe_verify(big, tests=TESTS)
     assert (result.score, result.status, result.anomaly) == (0.0, "fail", "oversize")
     assert verifier.hack_score(big, tests=TESTS) == 1.0  # padding past the cap never dodges P_hack
+
+
+def test_two_verifiers_in_one_process_have_disjoint_uids():
+    first, second = CodeVerifier(limits=small_limits()), CodeVerifier(limits=small_limits())
+    assert set(first.sandbox.uids).isdisjoint(second.sandbox.uids)
+    assert first.verify(fenced(DOUBLE), tests=TESTS).score == second.verify(fenced(DOUBLE), tests=TESTS).score == 1.0
