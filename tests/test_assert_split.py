@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import math
+import signal
 
 import pytest
 
@@ -144,7 +145,9 @@ def test_entry_reports_are_untrusted():
     assert judge_entry(plan, 0, [["end"], *good])[:2] == (False, "malformed report")
     assert judge_entry(plan, 0, [["p", 7, []], ["end"]])[:2] == (False, "malformed report")
     assert judge_entry(plan, 0, [["program_error", "NameError"]]) == (False, "program raised NameError", "NameError")
-    assert judge_entry(plan, 9, good)[:2] == (False, "exit status 9")
+    assert judge_entry(plan, 9 << 8, good)[:2] == (False, "exit status 9")  # wait statuses, as waitpid gives them
+    assert judge_entry(plan, signal.SIGXCPU, good[:1])[:2] == (False, "cpu")
+    assert judge_entry(plan, signal.SIGKILL, good[:1])[:2] == (False, "killed by SIGKILL")
     status, lines = parse_entry("0", b'["p", 0, []]\nnot json\n')
     assert status == 0 and lines == [["p", 0, []], ["malformed"]]
     channel = b'n READY\nstray line\nn ENTRY 0 0 9\n["end"]\nxn DONE 1\n'

@@ -473,3 +473,12 @@ def test_two_verifiers_in_one_process_have_disjoint_uids():
     first, second = CodeVerifier(limits=small_limits()), CodeVerifier(limits=small_limits())
     assert set(first.sandbox.uids).isdisjoint(second.sandbox.uids)
     assert first.verify(fenced(DOUBLE), tests=TESTS).score == second.verify(fenced(DOUBLE), tests=TESTS).score == 1.0
+
+
+@pytest.mark.slow
+def test_one_test_out_of_cpu_is_a_timeout():
+    v = CodeVerifier(limits=small_limits(cpu_time_s=1, wall_timeout_s=20))
+    code = "def f(x):\n    if x == 0:\n        while True:\n            pass\n    return 2 * x\n"
+    result = v.verify(fenced(code), tests=TESTS)  # f(0) spins in its own child, killed at 1 s of CPU
+    assert result.score == 0.0 and result.anomaly == "timeout"
+    assert [c["reason"] for c in result.details["checks"]] == ["passed", "cpu", "passed"]

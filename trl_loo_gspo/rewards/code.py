@@ -254,8 +254,8 @@ class CodeVerifier(Verifier):
             test_checks, run_info = outcome
             checks += test_checks
             details["tests_run"] = run_info
-            if run_info.get("limit_hit") in ("wall_timeout", "cpu"):
-                anomaly = "timeout"
+            if run_info.get("limit_hit") in ("wall_timeout", "cpu") or any(c["reason"] == "cpu" for c in test_checks):
+                anomaly = "timeout"  # the whole run, or one test's child, ran out of time
         if io_cases:
             details["io_runs"] = []
             for i, case in enumerate(io_cases):

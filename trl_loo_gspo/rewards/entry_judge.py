@@ -11,6 +11,8 @@ report once and reports twice is ``tampered``, and the verdict of each split ass
 from __future__ import annotations
 
 import json
+import os
+import signal
 from typing import Any
 
 from .assert_split import Probe, ProbeError, SplitTest, judge
@@ -82,13 +84,29 @@ def judge_entry(plan: SplitTest, status: int, lines: list[Any]) -> tuple[bool, s
         passed, reason = judge(probe, _values(line[2], len(probe.calls)), plan.host_env)
         if not passed:
             return False, reason, None
+    if status != 0:  # a wait status: a signal, or an exit code
+        return False, _status_reason(status), None
     if not ended:
         return False, "not run", None
-    if status != 0:
-        return False, f"exit status {status}", None
     if any(p.once and reports.get(p.index) != 1 for p in plan.probes):
         return False, "not run", None
     return True, "passed", None
+
+
+def _status_reason(status: int) -> str:
+    """``"cpu"`` for a child killed at its CPU limit (SIGXCPU), ``"killed by SIG..."`` for another signal, else
+    ``"exit status N"``."""
+    if status < 0 or not (os.WIFSIGNALED(status) or os.WIFEXITED(status)):
+        return f"exit status {status}"
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig == signal.SIGXCPU:
+            return "cpu"
+        try:
+            return f"killed by {signal.Signals(sig).name}"
+        except ValueError:
+            return f"killed by signal {sig}"
+    return f"exit status {os.WEXITSTATUS(status)}"
 
 
 def _probe(plan: SplitTest, line: list[Any]) -> Probe | None:
