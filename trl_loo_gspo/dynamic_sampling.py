@@ -95,6 +95,12 @@ def _tokens(record: dict) -> int:
 class DynamicSamplingMixin(GRPOTrainer):
     """Adds dynamic sampling and the rollout-token budget to a ``GRPOTrainer`` subclass (see module docstring)."""
 
+    # Class-level defaults: TRL code (and TRL's own tests) may call the hooks below on a trainer whose
+    # ``_init_sampling`` has not run yet (e.g. ``_generate`` straight after a partial construction).
+    _replay: _Replay | None = None
+    _pad_rows: torch.Tensor | None = None
+    _batch_group_ids: torch.Tensor | None = None
+
     def _init_sampling(self) -> None:
         args = self.args
         self._replay: _Replay | None = None
