@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from trl_loo_gspo.rewards.assert_split import ProbeError, judge, split_test
+from trl_loo_gspo.rewards.assert_split import ProbeError, judge, program_names, split_test
 from trl_loo_gspo.rewards.entry_judge import channel_records, judge_entry, parse_entry
 from trl_loo_gspo.rewards.plain_data import HostEvalError, IteratorValue, PlainDataError, decode, host_eval
 
@@ -152,3 +152,12 @@ def test_entry_reports_are_untrusted():
     assert status == 0 and lines == [["p", 0, []], ["malformed"]]
     channel = b'n READY\nstray line\nn ENTRY 0 0 9\n["end"]\nxn DONE 1\n'
     assert channel_records(channel, "n") == [["READY"], ["ENTRY", "0", "0", b'["end"]\nx'], ["DONE", "1"]]
+
+
+def test_program_names_are_module_level_only():
+    program = "import math as m\nclass S:\n    sorted = 1\ndef f(x):\n    len = 2\n    return x\n"
+    names, classes = program_names(program)
+    assert names == {"m", "S", "f"} and classes == {"S"}
+    # a local named like a builtin does not make the test's own sorted() a sandbox value
+    plan = split_test("assert sorted(f([2, 1])) == [1, 2]", "def f(x):\n    sorted = list\n    return x\n")
+    assert plan.mode == "split"

@@ -88,17 +88,21 @@ def program_names(code: str) -> tuple[set[str], set[str]]:
         return set(), set()
     names: set[str] = set()
     classes: set[str] = set()
-    for node in ast.walk(ast.Module(body=[s for s in tree.body], type_ignores=[])):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and node is not tree:
-            continue
+    stack: list[ast.AST] = list(tree.body)
+    while stack:  # module level only: a function's locals shadow nothing for the tests
+        node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
             if isinstance(node, ast.ClassDef):
                 classes.add(node.name)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             names.add(node.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        stack.extend(ast.iter_child_nodes(node))
     return names, classes
 
 
