@@ -146,7 +146,7 @@ def test_a_recipe_ablation_builds_a_stock_baseline_from_the_same_recipe(tmp_path
     _, base_args, _ = recipe_args(plan, "grpo", {}, True, 0)
     _, full_args, _ = recipe_args(plan, "full-dyn", {"dynamic_sampling": False}, False, 0)
     stock = GRPOConfig(output_dir=str(tmp_path / "x"), use_cpu=True, bf16=False)
-    assert type(base_args) is GRPOConfig  # TRL's defaults for the method ...
+    assert not base_args.uses_own_loss and base_args.advantage_estimator == "trl"  # TRL's loss and defaults ...
     for key in ("epsilon", "epsilon_high", "importance_sampling_level", "scale_rewards", "loss_type"):
         assert getattr(base_args, key) == getattr(stock, key), key
     assert base_args.learning_rate == full_args.learning_rate == 1e-5  # ... the recipe's values for the rest
@@ -154,7 +154,8 @@ def test_a_recipe_ablation_builds_a_stock_baseline_from_the_same_recipe(tmp_path
     assert base_args.max_completion_length == full_args.max_completion_length == 8
     assert full_args.epsilon == 3e-4 and full_args.dynamic_sampling is False
     records = run_ablation(plan)
-    assert [r["trainer"] for r in records] == ["CountingGRPOTrainer", "LooGspoTrainer", "LooGspoTrainer"]
+    assert [r["trainer"] for r in records] == ["LooGspoTrainer"] * 3  # one trainer, one code path
+    assert [r["baseline"] for r in records] == [True, False, False]
     for r in records:
         assert r["generated_tokens"] >= 120 and r["curve"][0][0] == 0
     assert (tmp_path / "out" / "runs" / "full" / "seed0" / "experiment.json").exists()  # variants register

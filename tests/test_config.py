@@ -35,20 +35,10 @@ def test_epsilon_high_none_means_equal_to_epsilon():
         ({"epsilon": 1.0}, "epsilon"),
         ({"epsilon_high": 0.0}, "epsilon_high"),
         ({"epsilon_high": -0.1}, "epsilon_high"),
-        ({"loss_type": "dapo"}, "loss_type"),
-        ({"loss_type": "grpo"}, "loss_type"),
-        ({"importance_sampling_level": "token"}, "importance_sampling_level"),
-        ({"scale_rewards": "group"}, "scale_rewards"),
-        ({"scale_rewards": "batch"}, "scale_rewards"),
-        ({"multi_objective_aggregation": "normalize_then_sum"}, "multi_objective_aggregation"),
-        ({"top_entropy_quantile": 0.2}, "top_entropy_quantile"),
-        ({"off_policy_mask_threshold": 0.5}, "off_policy_mask_threshold"),
-        ({"delta": 2.0}, "delta"),
-        ({"entropy_coef": 0.01}, "entropy_coef"),
-        ({"use_adaptive_entropy": True}, "use_adaptive_entropy"),
         ({"log_ratio_clamp": 1e-4}, "log_ratio_clamp"),
         ({"log_ratio_clamp": 0.0}, "log_ratio_clamp"),
         ({"signal_tolerance": -1.0}, "signal_tolerance"),
+        ({"loss_type": "ppo"}, "loss_type"),
     ],
 )
 def test_invalid_combinations_name_the_field(kwargs, field):
@@ -77,3 +67,102 @@ def test_trl_outside_the_tested_range_fails_clearly(version):
 def test_trl_inside_the_tested_range_passes():
     assert check_trl_version("1.16.0") == "1.16.0"
     assert check_trl_version("1.16.3") == "1.16.3"
+
+
+# ------------------------------------------------------------------ every GRPOConfig value (drop-in)
+TRL_LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
+
+
+@pytest.mark.parametrize("loss_type", TRL_LOSS_TYPES)
+def test_a_trl_loss_type_configures_exactly_what_grpo_config_does(loss_type):
+    ours = make(loss_type=loss_type).to_dict()
+    stock = GRPOConfig(output_dir="/tmp/loo-gspo-test", use_cpu=True, bf16=False, report_to=[], loss_type=loss_type)
+    differing = {k: (v, ours[k]) for k, v in stock.to_dict().items() if ours[k] != v}
+    assert differing == {}
+    assert ours["advantage_estimator"] == "trl" and ours["loss_aggregation"] is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "own_loss"),
+    [
+        ({}, True),
+        ({"loss_type": "dapo", "importance_sampling_level": "sequence"}, True),  # TRL's GSPO = our token total
+        ({"loss_type": "dapo", "importance_sampling_level": "sequence", "delta": 2.0}, False),  # TRL-only option
+        ({"loss_type": "dapo"}, False),
+        ({"loss_type": "grpo", "importance_sampling_level": "sequence"}, False),
+    ],
+)
+def test_which_code_computes_the_loss(kwargs, own_loss):
+    assert make(**kwargs).uses_own_loss is own_loss
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"delta": 2.0},
+        {"off_policy_mask_threshold": 0.5},
+        {"top_entropy_quantile": 0.2},
+        {"entropy_coef": 0.1},
+        {"use_adaptive_entropy": True},
+        {"importance_sampling_level": "token"},
+    ],
+)
+def test_a_trl_loss_option_selects_trl_default_loss_and_says_so(kwargs):
+    with pytest.warns(UserWarning, match="loss_type is TRL's default 'dapo'"):
+        config = make(**kwargs)
+    assert config.loss_type == "dapo" and not config.uses_own_loss
+    assert config.epsilon == 0.2 and config.advantage_estimator == "trl"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "scale"),
+    [({"scale_rewards": "group"}, "group"), ({"scale_rewards": True}, "group"), ({"scale_rewards": "batch"}, "batch")],
+)
+def test_a_trl_advantage_option_keeps_our_loss_with_trl_advantages(kwargs, scale):
+    config = make(**kwargs)
+    assert config.uses_own_loss and config.advantage_estimator == "trl" and config.scale_rewards == scale
+    assert make(multi_objective_aggregation="normalize_then_sum").advantage_estimator == "trl"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fields"),
+    [
+        ({"loss_type": "loo_gspo", "delta": 2.0}, ("loss_type", "delta")),
+        ({"loss_type": "loo_gspo", "top_entropy_quantile": 0.2}, ("loss_type", "top_entropy_quantile")),
+        ({"advantage_estimator": "loo", "scale_rewards": "group"}, ("advantage_estimator", "scale_rewards")),
+        (
+            {"advantage_estimator": "grpo", "multi_objective_aggregation": "normalize_then_sum"},
+            ("advantage_estimator", "multi_objective_aggregation"),
+        ),
+        ({"loss_type": "grpo", "log_ratio_clamp": 1.0}, ("log_ratio_clamp", "loss_type")),
+        ({"loss_type": "grpo", "loss_aggregation": "token_total"}, ("loss_aggregation", "loss_type")),
+        ({"loss_type": "bnpo", "process_advantage_coef": 0.1}, ("process_advantage_coef", "loss_type")),
+        (
+            {"loss_type": "dapo", "importance_sampling_level": "sequence", "loss_aggregation": "sequence_mean"},
+            ("loss_type", "loss_aggregation"),
+        ),
+        ({"loss_type": "sapo", "entropy_feedback": True}, ("entropy_feedback", "loss_type")),
+        (
+            {
+                "loss_type": "grpo",
+                "dynamic_sampling": True,
+                "num_generations": 8,
+                "per_device_train_batch_size": 8,
+                "probe_generations": 4,
+                "adaptive_group_size": True,
+            },
+            ("adaptive_group_size", "advantage_estimator"),
+        ),
+    ],
+)
+def test_contradictions_fail_naming_both_fields(kwargs, fields):
+    with pytest.raises(ValueError) as error:
+        make(**kwargs)
+    for name in fields:
+        assert name in str(error.value)
+
+
+def test_our_defaults_do_not_shadow_trl_fields():
+    config = make()
+    assert config.entropy_target == GRPOConfig.entropy_target  # TRL's adaptive-entropy target stays TRL's
+    assert config.entropy_feedback_target is None

@@ -100,7 +100,9 @@ def test_dynamic_sampling_with_a_group_split_across_processes(model_dir, tmp_pat
 
 def test_entropy_feedback_sees_the_same_global_entropy_and_k(model_dir, tmp_path):
     """Ĥ is the token-weighted mean over all processes and micro-batches, not a mean of per-process means."""
-    feedback = dict(entropy_feedback=True, entropy_target=100.0, entropy_step=1e-3, entropy_k_max=2.5e-3, max_steps=3)
+    feedback = dict(
+        entropy_feedback=True, entropy_feedback_target=100.0, entropy_step=1e-3, entropy_k_max=2.5e-3, max_steps=3
+    )
     two = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=2, **feedback)
     one = dict(per_device_train_batch_size=16, gradient_accumulation_steps=1, steps_per_generation=1, **feedback)
     dist = launch(model_dir, tmp_path / "two.pt", two, processes=2)

@@ -1,6 +1,7 @@
 """Dynamic sampling on a tiny model with a controlled pass rate per prompt (always right, always wrong, mixed)."""
 
 import copy
+import json
 import math
 
 import pytest
@@ -31,7 +32,13 @@ class Recording(LooGspoTrainer):
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
-        self.batches.append({"rewards": self._last_rewards_per_func.clone(), "pad": self._pad_rows, "output": output})
+        self.batches.append(
+            {
+                "rewards": self._last_rewards_per_func.clone(),
+                "pad": self._last_rewards_per_func.isnan().all(1),
+                "output": output,
+            }
+        )
         return output
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -121,7 +128,9 @@ def test_rollout_token_budget_stops_training_within_one_batch(tmp_path):
     per_step = max(h["tokens/generated"] for h in trainer.state.log_history if "tokens/generated" in h)
     assert 300 <= trainer.generated_tokens_total < 300 + per_step
     # stopped cleanly: a checkpoint at the stopping step, with the counters
-    assert (tmp_path / f"checkpoint-{trainer.state.global_step}" / "loo_gspo_state.json").exists()
+    saved = json.loads((tmp_path / f"checkpoint-{trainer.state.global_step}" / "trainer_state.json").read_text())
+    snapshot = saved["stateful_callbacks"]["RunStateCallback"]["attributes"]["snapshot"]
+    assert snapshot["generated_tokens_total"] == trainer.generated_tokens_total
 
 
 def test_without_dynamic_sampling_degenerate_groups_reach_the_loss_with_zero_weight(tmp_path):

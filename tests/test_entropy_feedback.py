@@ -46,7 +46,7 @@ def recompute(logs, target, k0, **kw):
 
 
 def test_k_rises_within_bounds_when_entropy_is_below_target(tmp_path):
-    trainer, logs = train(tmp_path, entropy_target=100.0)  # far above any entropy of a 50-token vocabulary
+    trainer, logs = train(tmp_path, entropy_feedback_target=100.0)  # far above any entropy of a 50-token vocabulary
     ks = [h["entropy_feedback/k"] for h in logs]
     assert ks == pytest.approx([1e-3, 2e-3, 2.5e-3, 2.5e-3, 2.5e-3])  # rises by δ, held at k_max
     assert ks == pytest.approx(recompute(logs, 100.0, 0.0))
@@ -57,7 +57,7 @@ def test_k_rises_within_bounds_when_entropy_is_below_target(tmp_path):
 
 
 def test_k_falls_when_entropy_is_above_target(tmp_path):
-    _, logs = train(tmp_path, entropy_target=0.0, entropy_k_init=K_MAX)
+    _, logs = train(tmp_path, entropy_feedback_target=0.0, entropy_k_init=K_MAX)
     ks = [h["entropy_feedback/k"] for h in logs]
     assert ks == pytest.approx([1.5e-3, 5e-4, 0.0, 0.0, 0.0])
     assert ks == pytest.approx(recompute(logs, 0.0, K_MAX))
@@ -65,7 +65,7 @@ def test_k_falls_when_entropy_is_above_target(tmp_path):
 
 def test_target_calibrated_from_the_first_steps_then_ema_and_dead_band(tmp_path):
     _, logs = train(
-        tmp_path, entropy_target=None, entropy_calibration_steps=2, entropy_ema=0.5, entropy_dead_band=1e-3
+        tmp_path, entropy_feedback_target=None, entropy_calibration_steps=2, entropy_ema=0.5, entropy_dead_band=1e-3
     )
     assert [h["entropy_feedback/k"] for h in logs[:2]] == [0.0, 0.0]  # held while calibrating
     target = (logs[0]["entropy_feedback/entropy"] + logs[1]["entropy_feedback/entropy"]) / 2

@@ -46,7 +46,7 @@ def test_kl_term_gradient_matches_autograd_of_k3_with_the_token_total_denominato
         "ref_per_token_logps": -torch.rand(rows, length, generator=gen) * 4,
     }
     trainer.model.train()
-    trainer._denominator = denominator
+    trainer._accounting.denominator = denominator
     trainer.model.zero_grad()
     trainer._compute_loss(trainer.model, inputs).backward()
     got = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}

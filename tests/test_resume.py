@@ -1,6 +1,8 @@
 """Checkpoint/resume: after resuming at step n, steps n+1..n+3 reproduce an uninterrupted run exactly — losses,
 sampling decisions and counters (the refill sampler's cursor, the token counters and the RNG are restored)."""
 
+import json
+
 import pytest
 
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
@@ -31,7 +33,7 @@ def trainer_for(tmp_path, **overrides):
         dynamic_sampling=True,
         recheck_filtered_every=2,  # the registry of filtered prompts is part of the checkpoint
         entropy_feedback=True,  # and so is the entropy controller's state
-        entropy_target=100.0,
+        entropy_feedback_target=100.0,
         entropy_step=1e-4,
         max_steps=6,
         save_strategy="steps",
@@ -55,11 +57,18 @@ def steps(trainer, first, last):
     return [{k: by_step[s][k] for k in KEYS} for s in range(first, last + 1)]
 
 
-def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("restore_callbacks", [False, True], ids=["default", "restore_callback_states"])
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, restore_callbacks):
+    """The run state lives in trainer_state.json (stateful_callbacks) and is restored whatever
+    restore_callback_states_from_checkpoint says; with it on, transformers rebuilds our callback from the checkpoint
+    and the rebuilt one must keep saving the live state."""
     full = trainer_for(tmp_path / "full")
     full.train()
-    resumed = trainer_for(tmp_path / "resumed", save_strategy="no")
+    resumed = trainer_for(tmp_path / "resumed", restore_callback_states_from_checkpoint=restore_callbacks)
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))
+    later = json.loads((tmp_path / "resumed" / "checkpoint-6" / "trainer_state.json").read_text())
+    snapshot = later["stateful_callbacks"]["RunStateCallback"]["attributes"]["snapshot"]
+    assert snapshot["generated_tokens_total"] == resumed.generated_tokens_total
     assert steps(resumed, 4, 6) == steps(full, 4, 6)
     assert resumed.generated_tokens_total == full.generated_tokens_total
     assert resumed._refill.state_dict() == full._refill.state_dict()

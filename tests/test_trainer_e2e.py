@@ -135,7 +135,7 @@ def test_compute_loss_with_kl_and_vllm_importance_weights_matches_hand_formula(t
         )
     inputs["ref_per_token_logps"] = logps + 0.3  # a reference that differs from the policy
     trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True
-    trainer._denominator = 40.0  # the step's global token count (set by _begin_optimizer_step in training)
+    trainer._accounting.denominator = 40.0  # the step's global token count (set at the step's first micro-batch)
     trainer.model.train()
     loss = trainer._compute_loss(trainer.model, inputs)
 
@@ -154,19 +154,19 @@ def test_outer_guard_clamps_and_reports(tmp_path):
     inputs = fixed_inputs(trainer)
     inputs["old_per_token_logps"] = inputs["old_per_token_logps"] - 10.0  # huge ratios: the guard must fire
     inputs["old_per_token_logps"][4] = float("nan")  # a non-finite log-ratio is clamped and counted too
-    trainer._denominator = 15.0
+    trainer._accounting.denominator = 15.0
     trainer.model.train()
-    trainer._stats.zero_()
+    trainer._accounting.stats.zero_()
     loss = trainer._compute_loss(trainer.model, inputs)
     assert torch.isfinite(loss)
     loss.backward()
     grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
     assert all(torch.isfinite(g).all() for g in grads)
     # every valid answer fired (5 of them: the row with no valid token does not count)
-    from trl_loo_gspo.trainer import _IDX
+    from trl_loo_gspo.step_accounting import IDX
 
-    assert trainer._stats[_IDX["guard_answers"]].item() == 5
-    assert trainer._stats[_IDX["answers"]].item() == 5
+    assert trainer._accounting.stats[IDX["guard_answers"]].item() == 5
+    assert trainer._accounting.stats[IDX["answers"]].item() == 5
 
 
 def test_token_counters_survive_a_checkpoint(tmp_path):

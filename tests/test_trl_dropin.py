@@ -24,4 +24,4 @@ def test_generate_hook_works_before_init_sampling():
     trainer.rollout_func = lambda prompts, trainer: {"prompt_ids": [[1]], "completion_ids": [[2]]}
     with pytest.raises(ValueError, match="rollout_func must return keys"):
         trainer._generate(["prompt"])
-    assert trainer._replay is None and trainer._pad_rows is None
+    assert trainer._replay is None

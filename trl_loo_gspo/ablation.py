@@ -15,7 +15,7 @@ Built-in task: ``demo-addition`` (the offline demo's task and policy). Schema::
     eval_every_tokens: 50000
     eval_samples: 4
     common: {learning_rate: 1.0e-4}          # applied to every run (baseline included)
-    baseline: {name: grpo, config: {}}        # a trl.GRPOConfig: TRL's defaults plus these overrides
+    baseline: {name: grpo, config: {}}        # TRL's GRPO (LooGspoConfig.stock_trl): TRL's defaults + these
     variants:                                 # each a LooGspoConfig: our defaults plus these overrides
       - {name: loo_gspo, config: {}}
 """
@@ -106,9 +106,6 @@ def run_one(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, s
 def _build_demo_run(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int):
     """A built-in demo task: its warm-started policy (cached), its exact verifier (with span signals for the
     multi-step task, used only when a run sets ``process_advantage_coef``)."""
-    from trl import GRPOConfig
-
-    from .baseline import CountingGRPOTrainer
     from .config import LooGspoConfig
     from .demo.multistep import MultiStepTask, MultiStepVerifier
     from .demo.policy import PolicySpec, load_or_build_policy
@@ -129,11 +126,10 @@ def _build_demo_run(plan: AblationPlan, name: str, overrides: dict, is_baseline:
         settings["max_completion_length"] = task.max_new_tokens
     settings.update(plan.common)
     settings.update(overrides)
-    if is_baseline and plan.stock_baseline:
-        args, trainer_cls = GRPOConfig(**settings), CountingGRPOTrainer
-    else:
-        args, trainer_cls = LooGspoConfig(**{**settings, "register_experiment": False}), _trainer_cls()
-    trainer = trainer_cls(
+    settings["register_experiment"] = False
+    stock = is_baseline and plan.stock_baseline
+    args = LooGspoConfig.stock_trl(**settings) if stock else LooGspoConfig(**settings)
+    trainer = _trainer_cls()(
         model=copy.deepcopy(policy),
         reward_funcs=[verifier],
         args=args,
@@ -160,10 +156,11 @@ _OUR_DEFAULT_CHANGES = ("epsilon", "epsilon_high", "importance_sampling_level", 
 def recipe_args(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int):
     """(script_args, training args, model_args) of one run of a recipe ablation.
 
-    Variants: the recipe's ``LooGspoConfig`` plus ``common`` plus the variant's overrides. Baseline: a stock
-    ``trl.GRPOConfig`` with the recipe's values for every field TRL has, except the method-defining ones (our own
-    fields and the TRL defaults we change: ``epsilon``, ``epsilon_high``, ``importance_sampling_level``,
-    ``scale_rewards``, ``loss_type``), which keep TRL's defaults; then ``common`` and the baseline's overrides.
+    Variants: the recipe's ``LooGspoConfig`` plus ``common`` plus the variant's overrides. Stock baseline:
+    ``LooGspoConfig.stock_trl`` (TRL's loss and defaults on the same trainer) with the recipe's values for every
+    field TRL has, except the method-defining ones (our own fields and the objective-dependent TRL fields:
+    ``epsilon``, ``epsilon_high``, ``importance_sampling_level``, ``scale_rewards``, ``loss_type``), which keep TRL's
+    defaults; then ``common`` and the baseline's overrides.
     """
     from dataclasses import fields
 
@@ -189,19 +186,19 @@ def recipe_args(plan: AblationPlan, name: str, overrides: dict, is_baseline: boo
         keep -= method
     kept = {key: getattr(training_args, key) for key in keep}
     kept.update(output_dir=str(out), seed=seed, model_init_kwargs=training_args.model_init_kwargs)
-    config_cls = GRPOConfig if is_baseline else type(training_args)
-    return script_args, config_cls(**{**kept, **settings}), model_args
+    config_cls = type(training_args)
+    make = config_cls.stock_trl if is_baseline else config_cls
+    return script_args, make(**{**kept, **settings}), model_args
 
 
 def _build_recipe_run(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int):
     """A recipe task: model, data, verifier and validation split from a ``trl-loo-gspo train`` recipe YAML."""
-    from .baseline import CountingGRPOTrainer
     from .train import build_trainer
     from .validation import ValidationCallback
 
     stock = is_baseline and plan.stock_baseline
     script_args, training_args, model_args = recipe_args(plan, name, overrides, stock, seed)
-    trainer = build_trainer(script_args, training_args, model_args, trainer_cls=CountingGRPOTrainer if stock else None)
+    trainer = build_trainer(script_args, training_args, model_args)
     validation_cb = next(cb for cb in trainer.callback_handler.callbacks if isinstance(cb, ValidationCallback))
     return trainer, validation_cb, validation_cb.verifier, {"recipe": str(plan.recipe)}
 
@@ -352,7 +349,7 @@ def report(plan: AblationPlan, records: list[dict]) -> str:
     lines = [
         f"# Ablation report: {plan.task}, {plan.rollout_tokens:,} rollout tokens per run, seeds {plan.seeds}",
         "",
-        f"Baseline: `{base_name}` ({'stock TRL GRPOTrainer' if plan.stock_baseline else 'LooGspoTrainer'}). "
+        f"Baseline: `{base_name}` ({'stock TRL GRPO' if plan.stock_baseline else 'LooGspoTrainer'}). "
         "Primary metric: final sampled pass rate on the held-out "
         "validation split; differences are paired by seed with a 95% t interval over seeds.",
         "",

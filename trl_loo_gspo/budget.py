@@ -1,6 +1,6 @@
-"""One rollout-token budget stopper for every trainer that counts ``generated_tokens_total`` (``LooGspoTrainer`` and
-the stock-TRL baseline ``CountingGRPOTrainer``): the trainer's ``rollout_token_budget`` and the ablation runner use
-it. (The demo's own stopper also handles a wall-clock budget and its learning curve.)"""
+"""One rollout-token budget stopper for every trainer that counts ``generated_tokens_total`` (``LooGspoTrainer``,
+whatever its loss: the stock-TRL baseline is the same trainer): the trainer's ``rollout_token_budget`` and the
+ablation runner use it. (The demo's own stopper also handles a wall-clock budget and its learning curve.)"""
 
 from __future__ import annotations
 

@@ -11,13 +11,9 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from . import objective
+from .objective import LOSS_AGGREGATIONS, LOSS_TYPE, TRL_LOSS_TYPES
 from .sampling import GROUP_FILTERS
-
-#: Sentinel for TRL's ``loss_type``: the loss is computed by ``LooGspoTrainer`` and selected by ``loss_aggregation``.
-LOSS_TYPE = "loo_gspo"
-
-ADVANTAGE_ESTIMATORS = ("loo", "group_mean", "grpo")
-LOSS_AGGREGATIONS = ("token_total", "sequence_mean")
 
 
 @dataclass
@@ -25,12 +21,13 @@ class LooGspoConfig(GRPOConfig):
     r"""Configuration for [`LooGspoTrainer`]: every argument of TRL's `GRPOConfig`, with GSPO-scale defaults, plus:
 
     Parameters:
-        advantage_estimator (`str`, *optional*, defaults to `"loo"`):
+        advantage_estimator (`str` or `None`, *optional*, defaults to `None` = `"loo"` with our loss, else `"trl"`):
             How the per-answer weight Â_i is computed from the group's rewards (SPEC §2.2). `"loo"`: leave-one-out,
             R_i minus the mean of the *other* scorable answers of its group (keeps the reward scale). `"group_mean"`:
             R_i − R̄ (self-inclusive mean, = (K−1)/K · LOO). `"grpo"`: (R_i − R̄)/(std + 1e-4), TRL's default GRPO
-            weights. Unscorable answers (a reward function returned `None`) get 0 and stay out of the baseline.
-        loss_aggregation (`str`, *optional*, defaults to `"token_total"`):
+            weights. `"trl"`: TRL's advantages (`scale_rewards`, `multi_objective_aggregation`). Unscorable answers
+            (a reward function returned `None`) get 0 and stay out of the baseline.
+        loss_aggregation (`str` or `None`, *optional*, defaults to `None` = `"token_total"` with our loss):
             How per-answer losses are combined (SPEC §3.3). `"token_total"`: Σ T_i ℓ_i / Σ T_i with one global count
             of valid completion tokens per optimizer step (all processes and accumulation steps). `"sequence_mean"`:
             original GSPO, Σ ℓ_i / N with N the global count of answers with at least one valid token.
@@ -44,24 +41,31 @@ class LooGspoConfig(GRPOConfig):
             `groups/frac_with_signal`). A tolerance, because floating-point noise gives constant groups a tiny
             non-zero spread.
 
-    Changed defaults relative to `GRPOConfig`: `epsilon=3e-4`, `epsilon_high=4e-4` (GSPO's values: sequence ratios
-    are length-normalised, so token-level values such as 0.2 clip almost nothing), `importance_sampling_level=
-    "sequence"`, `scale_rewards="none"`, `loss_type="loo_gspo"` (the loss is ours; choose `loss_aggregation`).
+    Objective-dependent defaults (resolved at construction, see :mod:`trl_loo_gspo.objective`): with the default
+    `loss_type="loo_gspo"`, `epsilon=3e-4`, `epsilon_high=4e-4` (GSPO's values: sequence ratios are
+    length-normalised, so token-level values such as 0.2 clip almost nothing), `importance_sampling_level=
+    "sequence"`, `scale_rewards="none"`, `advantage_estimator="loo"`, `loss_aggregation="token_total"`. With any TRL
+    `loss_type` these fields take `GRPOConfig`'s defaults and TRL computes the loss and the advantages, so
+    `LooGspoConfig(loss_type=X)` trains what `GRPOConfig(loss_type=X)` trains, plus the additions switched on here.
+    TRL's `entropy_target` (its adaptive entropy bonus) is TRL's; our controller's target is
+    `entropy_feedback_target`.
     """
 
-    advantage_estimator: str = field(
-        default="loo",
+    advantage_estimator: str | None = field(
+        default=None,
         metadata={
-            "help": "Per-answer weight (SPEC §2.2): 'loo' (leave-one-out, keeps the reward scale; default), "
-            "'group_mean' (R − group mean) or 'grpo' (TRL's (R − mean)/(std + 1e-4)).",
-            "choices": list(ADVANTAGE_ESTIMATORS),
+            "help": "Per-answer weight (docs/method.md §2.2): 'loo' (leave-one-out, keeps the reward scale), "
+            "'group_mean' (R − group mean), 'grpo' ((R − mean)/(std + 1e-4)), or 'trl' (TRL's advantages: "
+            "scale_rewards, multi_objective_aggregation). None = 'loo' with our loss, 'trl' with a TRL loss type or "
+            "when scale_rewards / multi_objective_aggregation is set."
         },
     )
-    loss_aggregation: str = field(
-        default="token_total",
+    loss_aggregation: str | None = field(
+        default=None,
         metadata={
-            "help": "Loss aggregation (SPEC §3.3): 'token_total' (Σ T_i ℓ_i over one global count of valid tokens "
-            "per optimizer step; default) or 'sequence_mean' (original GSPO: equal weight per answer).",
+            "help": "Aggregation of our loss (docs/method.md §3.3): 'token_total' (Σ T_i ℓ_i over one global count "
+            "of valid tokens per optimizer step) or 'sequence_mean' (original GSPO: equal weight per answer). None = "
+            "'token_total' with our loss; must stay None with a loss TRL computes.",
             "choices": list(LOSS_AGGREGATIONS),
         },
     )
@@ -172,7 +176,7 @@ class LooGspoConfig(GRPOConfig):
             "the global token-weighted mean entropy of the step's valid completion tokens."
         },
     )
-    entropy_target: float | None = field(
+    entropy_feedback_target: float | None = field(
         default=None,
         metadata={
             "help": "H* (nats per token). None = calibrate: the mean entropy of the first entropy_calibration_steps "
@@ -180,7 +184,7 @@ class LooGspoConfig(GRPOConfig):
         },
     )
     entropy_calibration_steps: int = field(
-        default=5, metadata={"help": "Optimizer steps averaged to set H* when entropy_target is None."}
+        default=5, metadata={"help": "Optimizer steps averaged to set H* when entropy_feedback_target is None."}
     )
     entropy_step: float = field(
         default=5e-5, metadata={"help": "Controller step δ added to or removed from k per optimizer step (>= 0)."}
@@ -253,96 +257,76 @@ class LooGspoConfig(GRPOConfig):
         default=True, metadata={"help": "Print a rich table of the run's key figures when training ends."}
     )
 
-    # Changed TRL defaults (GSPO scale, sequence-level ratio, no std scaling, our loss).
-    epsilon: float = field(
-        default=3e-4,
+    # TRL fields whose default depends on the objective (resolved by `trl_loo_gspo.objective.resolve`).
+    loss_type: str | None = field(
+        default=None,
         metadata={
-            "help": "Lower clip bound ε_low of the response-level ratio s_i (SPEC §3.2); 0 < ε_low < 1. GSPO uses "
-            "3e-4: sequence ratios are length-normalised, so token-level values such as 0.2 are far too wide."
+            "help": f"'{LOSS_TYPE}' (our response-level loss; the default) or any TRL loss type "
+            f"{TRL_LOSS_TYPES}, computed by TRL ('dapo' with importance_sampling_level='sequence' is our token-total "
+            "objective and runs through our loss). None = ours, unless a TRL loss option (delta, "
+            "off_policy_mask_threshold, top_entropy_quantile, entropy_coef, use_adaptive_entropy, "
+            "importance_sampling_level='token') is set: then TRL's default 'dapo'."
+        },
+    )
+    epsilon: float | None = field(
+        default=None,
+        metadata={
+            "help": "Lower clip bound ε_low (docs/method.md §3.2). None = 3e-4 with our loss (GSPO: sequence ratios "
+            "are length-normalised, so token-level values such as 0.2 clip almost nothing), TRL's 0.2 otherwise."
         },
     )
     epsilon_high: float | None = field(
-        default=4e-4,
+        default=None,
         metadata={
-            "help": "Upper clip bound ε_high of the response-level ratio s_i (SPEC §3.2, §5.1); > 0. GSPO uses 4e-4. "
-            "None means equal to `epsilon`."
+            "help": "Upper clip bound ε_high (docs/method.md §3.2, §5.1). None = 4e-4 with our loss when epsilon is "
+            "unset, else equal to epsilon (TRL's rule)."
         },
     )
-    importance_sampling_level: str = field(
-        default="sequence",
-        metadata={"help": "Must be 'sequence': the ratio is GSPO's geometric mean s_i (SPEC §3.2)."},
-    )
-    scale_rewards: str = field(
-        default="none",
+    importance_sampling_level: str | None = field(
+        default=None,
         metadata={
-            "help": "Must stay 'none': reward scaling is chosen by `advantage_estimator` ('grpo' divides by the "
-            "group std)."
+            "help": "'sequence' (GSPO's geometric-mean ratio) or 'token'. None = 'sequence' with our loss, TRL's "
+            "'token' otherwise. Our loss needs 'sequence'."
         },
     )
-    loss_type: str = field(
-        default=LOSS_TYPE,
-        metadata={"help": f"Must stay '{LOSS_TYPE}': the loss is LooGspoTrainer's; choose `loss_aggregation`."},
+    scale_rewards: str | None = field(
+        default=None,
+        metadata={
+            "help": "TRL's advantage scaling ('group', 'batch', 'none'), used by advantage_estimator='trl'. None = "
+            "'none' with our loss, TRL's 'group' otherwise. Setting it (with our loss) selects TRL's advantages."
+        },
     )
 
     def __post_init__(self) -> None:
+        objective.resolve(self)  # fills the objective-dependent None fields; refuses contradictions
         super().__post_init__()
-        if self.epsilon_high is None:
-            self.epsilon_high = self.epsilon
         self._validate()
+
+    @classmethod
+    def stock_trl(cls, **kwargs) -> LooGspoConfig:
+        """TRL's own GRPO on ``LooGspoTrainer``: ``GRPOConfig``'s loss type and with it TRL's advantages and clip
+        defaults (every other field as given). The equal-budget baseline of the demo and of ablations: one trainer,
+        one code path, for baseline and variants."""
+        kwargs.setdefault("loss_type", objective.trl_default("loss_type"))
+        return cls(**kwargs)
+
+    @property
+    def effective_epsilon_high(self) -> float:
+        """ε_high as the trainer uses it (TRL's rule: ``None`` means equal to ``epsilon``)."""
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+    @property
+    def uses_own_loss(self) -> bool:
+        """Whether our loss computes the loss (``loss_type='loo_gspo'``, or TRL's GSPO form of ``'dapo'``)."""
+        return objective.uses_own_loss(self)
 
     def _validate(self) -> None:
         """Reject invalid or unsupported combinations with a message naming the field and the fix."""
-        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"advantage_estimator={self.advantage_estimator!r} is not one of {ADVANTAGE_ESTIMATORS}.")
-        if self.loss_aggregation not in LOSS_AGGREGATIONS:
-            raise ValueError(f"loss_aggregation={self.loss_aggregation!r} is not one of {LOSS_AGGREGATIONS}.")
-        if not 0.0 < self.epsilon < 1.0:
-            raise ValueError(f"epsilon (ε_low) must satisfy 0 < epsilon < 1, got {self.epsilon}.")
-        if not self.epsilon_high > 0.0:
-            raise ValueError(f"epsilon_high must be > 0, got {self.epsilon_high}.")
-        if self.loss_type != LOSS_TYPE:
-            raise ValueError(
-                f"loss_type={self.loss_type!r} is not supported: LooGspoTrainer computes its own response-level "
-                f"loss. Leave loss_type at {LOSS_TYPE!r} and choose `loss_aggregation` ('token_total' or "
-                "'sequence_mean'). To run a stock TRL loss, use trl.GRPOTrainer."
-            )
-        if self.importance_sampling_level != "sequence":
-            raise ValueError(
-                f"importance_sampling_level={self.importance_sampling_level!r} is not supported: the method clips "
-                "GSPO's sequence-level ratio (SPEC §3.2). Set importance_sampling_level='sequence'."
-            )
-        if self.scale_rewards != "none":
-            raise ValueError(
-                f"scale_rewards={self.scale_rewards!r} conflicts with advantage_estimator: leave scale_rewards='none'"
-                " and set advantage_estimator='grpo' for group-std scaling."
-            )
-        if self.multi_objective_aggregation != "sum_then_normalize":
-            raise ValueError(
-                f"multi_objective_aggregation={self.multi_objective_aggregation!r} is not supported: rewards are "
-                "summed with `reward_weights` and then turned into advantages by `advantage_estimator`. Set "
-                "multi_objective_aggregation='sum_then_normalize'."
-            )
-        if self.top_entropy_quantile < 1.0:
-            raise ValueError(
-                f"top_entropy_quantile={self.top_entropy_quantile} is not supported: a token mask inside a response "
-                "conflicts with response-level clipping. Set top_entropy_quantile=1.0."
-            )
-        if self.off_policy_mask_threshold is not None:
-            raise ValueError(
-                "off_policy_mask_threshold is not supported by LooGspoTrainer (it drops samples, a different update "
-                "from the spec's clamp). Set it to None; use log_ratio_clamp for an outer guard."
-            )
-        if self.delta is not None:
-            raise ValueError(
-                "delta (a cap on the unclipped ratio) is not supported; use log_ratio_clamp, the log-domain outer "
-                "guard of SPEC §5.1. Set delta=None."
-            )
-        if self.entropy_coef != 0.0 or self.use_adaptive_entropy:
-            raise ValueError(
-                "entropy_coef / use_adaptive_entropy (TRL's entropy bonus) are not supported by LooGspoTrainer: the "
-                "spec controls exploration through the clip bound, not an entropy bonus. Set entropy_coef=0.0 and "
-                "use_adaptive_entropy=False."
-            )
+        if self.uses_own_loss:
+            if not 0.0 < self.epsilon < 1.0:
+                raise ValueError(f"epsilon (ε_low) must satisfy 0 < epsilon < 1, got {self.epsilon}.")
+            if not self.effective_epsilon_high > 0.0:
+                raise ValueError(f"epsilon_high must be > 0, got {self.epsilon_high}.")
         if self.entropy_feedback:
             if self.entropy_step < 0 or self.entropy_k_max < 0 or self.entropy_dead_band < 0:
                 raise ValueError("entropy_step, entropy_k_max and entropy_dead_band must be >= 0.")
@@ -359,8 +343,8 @@ class LooGspoConfig(GRPOConfig):
         if self.reference_kl_logging_steps is not None and self.reference_kl_logging_steps < 1:
             raise ValueError(f"reference_kl_logging_steps must be >= 1, got {self.reference_kl_logging_steps}.")
         widening = self.entropy_k_max if self.entropy_feedback else 0.0
-        if self.log_ratio_clamp is not None:
-            widest = max(math.log1p(self.epsilon_high + widening), -math.log1p(-self.epsilon))
+        if self.log_ratio_clamp is not None and self.uses_own_loss:
+            widest = max(math.log1p(self.effective_epsilon_high + widening), -math.log1p(-self.epsilon))
             if not self.log_ratio_clamp > widest:
                 raise ValueError(
                     f"log_ratio_clamp={self.log_ratio_clamp} must be wider than the clip range in the log domain "

@@ -10,9 +10,30 @@ no padding, no tool output) and 0 elsewhere; ``T_i = mask[i].sum()``. Rewards us
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
+#: Advantage estimators by name: ``f(rewards (N,), group_ids (N,)) -> advantages (N,)``, pure and NaN-aware
+#: (unscorable rows get 0). ``LooGspoConfig.advantage_estimator`` chooses one; adding one touches only this registry.
+ADVANTAGE_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}
+
+
+def register_advantage_estimator(name: str) -> Callable:
+    """Decorator: add a pure advantage function to :data:`ADVANTAGE_ESTIMATORS` under ``name``."""
+
+    def register(function: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable:
+        if name in ADVANTAGE_ESTIMATORS or name == "trl":
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADVANTAGE_ESTIMATORS[name] = function
+        return function
+
+    return register
+
+
 __all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "register_advantage_estimator",
     "clip_masks",
     "clamp_log_ratio",
     "group_has_signal",
@@ -21,6 +42,7 @@ __all__ = [
     "k3_kl",
     "loo_advantages",
     "response_loss",
+    "row_losses",
     "sequence_log_ratio",
     "sequence_mean_aggregate",
     "sequence_ratio",
@@ -49,6 +71,7 @@ def _group_sums(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Te
     return sums[inverse], counts[inverse], scorable
 
 
+@register_advantage_estimator("loo")
 def loo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     """Leave-one-out advantages that keep the reward scale.
 
@@ -71,6 +94,7 @@ def loo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tens
     return torch.where(valid, advantages, torch.zeros_like(rewards))
 
 
+@register_advantage_estimator("group_mean")
 def group_mean_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     """Self-inclusive group-mean advantages ``Â_i^mean = R_i − R̄`` (SPEC §2.2), NaN-aware.
 
@@ -85,6 +109,7 @@ def group_mean_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> tor
     return torch.where(valid, advantages, torch.zeros_like(rewards))
 
 
+@register_advantage_estimator("grpo")
 def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     """GRPO advantages ``(R_i − R̄) / (std + eps)`` with the unbiased group std (TRL's ``scale_rewards="group"``).
 
@@ -241,3 +266,36 @@ def token_response_loss(
     clipped = torch.clamp(s, 1.0 - epsilon_low, 1.0 + epsilon_high)
     # §6 response-level ratio, token-level advantages
     return -torch.minimum(s * token_advantages, clipped * token_advantages)
+
+
+def row_losses(
+    losses: torch.Tensor,
+    mask: torch.Tensor,
+    process_term: torch.Tensor | None = None,
+    token_weights: torch.Tensor | None = None,
+    token_terms: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One loss per answer, such that ``T_i · row_i`` is the answer's token sum of every per-token term.
+
+    Args:
+        losses: ``(N,)`` the response-level ℓ_i.
+        mask: ``(N, T)`` valid tokens.
+        process_term: ``(N, T)`` ℓ_i,t − ℓ_i of process feedback (§6), or ``None``.
+        token_weights: ``(N, T)`` or ``(N, 1)`` per-token factors of the loss (vLLM importance-sampling weights).
+        token_terms: ``(N, T)`` per-token additions after the weights (β · KL).
+
+    Without per-token factors or additions this is ``ℓ_i`` (plus the row mean of the process term) exactly, so the
+    outcome-only path gives the same numbers bit for bit.
+    """
+    fmask = mask.to(losses.dtype)
+    lengths = mask.sum(-1).clamp(min=1).to(losses.dtype)
+    if token_weights is None and token_terms is None:
+        if process_term is None:
+            return losses
+        return losses + (process_term * fmask).sum(-1) / lengths
+    per_token = losses.unsqueeze(1) if process_term is None else losses.unsqueeze(1) + process_term
+    if token_weights is not None:
+        per_token = per_token * token_weights
+    if token_terms is not None:
+        per_token = per_token + token_terms
+    return (per_token * fmask).sum(-1) / lengths

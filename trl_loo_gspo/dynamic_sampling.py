@@ -1,8 +1,8 @@
 """Dynamic sampling (SPEC §3.1) wired into TRL's generation: a mixin for ``LooGspoTrainer``.
 
 One training batch is assembled in generation *rounds*. Each round generates and verifies whole prompt groups
-(TRL's ``_generate`` and ``_calculate_rewards``, called as they are), gathers the answers of every process, and
-decides on the gathered rewards — identically on every process — which groups carry a comparison signal
+(TRL's ``_generate`` and ``_calculate_rewards``, called as they are), gathers the answers of every rank, and
+decides on the gathered rewards — identically on every rank — which groups carry a comparison signal
 (:mod:`trl_loo_gspo.sampling`). Missing groups are refilled with new prompts from a sampler that has its own seed
 and cursor, up to ``max_sampling_rounds``. The chosen groups are then handed to TRL's
 ``_generate_and_score_completions`` through a *replay*: ``_generate`` and ``_calculate_rewards`` return the answers
@@ -35,10 +35,10 @@ from .sampling import (
 class _Replay:
     """The final batch's answers and rewards, handed back to TRL instead of generating and scoring again."""
 
-    def __init__(self, generation: tuple, rewards_per_func: torch.Tensor, process: list | None = None) -> None:
+    def __init__(self, generation: tuple, rewards_per_func: torch.Tensor, span_signals: list | None = None) -> None:
         self.generation = generation
         self.rewards_per_func = rewards_per_func
-        self.process = process  # SPEC §6 per row (all processes): span signals and final score, when on
+        self.span_signals = span_signals  # §6 process feedback, per row of all ranks: spans and final score
 
 
 def _row_records(generation: tuple) -> list[dict]:
@@ -88,6 +88,14 @@ def _prompt_key(prompt: Any) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
 
 
+def loss_mask(inputs: dict[str, Any]) -> torch.Tensor:
+    """Valid generated tokens of a batch: completion mask times TRL's tool mask (tool outputs are not the policy's)."""
+    mask = inputs["completion_mask"]
+    if inputs.get("tool_mask") is not None:
+        mask = mask * inputs["tool_mask"]
+    return mask
+
+
 def _tokens(record: dict) -> int:
     return sum(record["tool_mask"]) if record["tool_mask"] is not None else len(record["completion_ids"])
 
@@ -98,13 +106,13 @@ class DynamicSamplingMixin(GRPOTrainer):
     # Class-level defaults: TRL code (and TRL's own tests) may call the hooks below on a trainer whose
     # ``_init_sampling`` has not run yet (e.g. ``_generate`` straight after a partial construction).
     _replay: _Replay | None = None
-    _pad_rows: torch.Tensor | None = None
+    _local_generated_tokens = 0
     _batch_group_ids: torch.Tensor | None = None
 
     def _init_sampling(self) -> None:
         args = self.args
         self._replay: _Replay | None = None
-        self._pad_rows: torch.Tensor | None = None  # local rows of the current batch that are zero-weight padding
+        self._local_generated_tokens = 0  # this rank's generated tokens since the last round's metrics
         self._batch_group_ids: torch.Tensor | None = None  # global per-row group ids of the assembled batch
         self._warned_exhausted = False
         self._refill: RefillSampler | None = None
@@ -146,22 +154,22 @@ class DynamicSamplingMixin(GRPOTrainer):
         return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
     def _generate_and_score_completions(self, inputs):
-        self._pad_rows = None
         self._batch_group_ids = None
         if not (self.model.training and self.args.dynamic_sampling):
             return super()._generate_and_score_completions(inputs)
-        final_inputs, replay, pad_rows = self._sample_batch(inputs)
+        final_inputs, replay, pad_rows, padded = self._sample_batch(inputs)
         self._replay = replay
         try:
             output = super()._generate_and_score_completions(final_inputs)
         finally:
             self._replay = None
-        if pad_rows.any():
-            # zero-weight rows: no valid token, so they count in neither the numerator nor the denominator
+        if padded:  # the same on every rank
+            # zero-weight rows: no valid token, so they count in neither the numerator nor the denominator (ours,
+            # and TRL's token-normalised losses through num_items_in_batch, which TRL counted before this mask)
             output["completion_mask"] = output["completion_mask"] * (~pad_rows).unsqueeze(1).to(
                 output["completion_mask"].dtype
             )
-        self._pad_rows = pad_rows
+            output["num_items_in_batch"] = self.accelerator.gather(loss_mask(output).sum()).sum()
         return output
 
     # ------------------------------------------------------------------ the round loop (SPEC §3.1)
@@ -171,14 +179,14 @@ class DynamicSamplingMixin(GRPOTrainer):
         return (rewards_per_func * weights).nansum(dim=1).masked_fill(unscorable, float("nan"))
 
     def _generate_rows(self, rows: list[dict], per_prompt: int) -> tuple[list[dict], torch.Tensor]:
-        """Generate and verify one answer per row of a *global* row list; each process takes its equal share.
+        """Generate and verify one answer per row of a *global* row list; each rank takes its equal share.
 
         ``rows`` holds each prompt ``per_prompt`` times in a row, and ``self.num_generations`` is set to
         ``per_prompt`` meanwhile: TRL's generation backends (vLLM server mode deduplicates
         ``prompts[::num_generations]``) expect exactly that layout. Returns the gathered row records and rewards.
         """
-        processes, rank = self.accelerator.num_processes, self.accelerator.process_index
-        share = len(rows) // processes
+        ranks, rank = self.accelerator.num_processes, self.accelerator.process_index
+        share = len(rows) // ranks
         mine = rows[rank * share : (rank + 1) * share]
         prompts = [x["prompt"] for x in mine]
         saved = self.num_generations
@@ -191,11 +199,11 @@ class DynamicSamplingMixin(GRPOTrainer):
         records = gather_object(_row_records(generation))
         signals = getattr(self, "_last_signals", None)  # set by the reward call when process feedback is on
         for i, record in enumerate(records):
-            record["process"] = signals[i] if signals is not None else None
+            record["span_signals"] = signals[i] if signals is not None else None
         return records, rewards_per_func
 
     def _aligned(self, rows: list[dict]) -> tuple[list[dict], int]:
-        """Pad a global row list with copies of its last row so that it splits evenly over the processes."""
+        """Pad a global row list with copies of its last row so that it splits evenly over the ranks."""
         extra = -len(rows) % self.accelerator.num_processes
         return rows + [rows[-1]] * extra, extra
 
@@ -294,12 +302,12 @@ class DynamicSamplingMixin(GRPOTrainer):
                 groups.append(self._candidate(records_j, prompts[j], full_rewards[c], full, c))
         return groups, stats
 
-    def _sample_batch(self, inputs: list[dict]) -> tuple[list[dict], _Replay, torch.Tensor]:
+    def _sample_batch(self, inputs: list[dict]) -> tuple[list[dict], _Replay, torch.Tensor, bool]:
         args = self.args
         k = self.num_generations
-        processes, rank = self.accelerator.num_processes, self.accelerator.process_index
+        ranks, rank = self.accelerator.num_processes, self.accelerator.process_index
         local_rows = len(inputs)
-        total_rows = local_rows * processes  # one generation batch
+        total_rows = local_rows * ranks  # one generation batch
         needed = total_rows // k  # groups of K in one generation batch
         prompts = gather_object(list(inputs))[::k]  # TRL's batch: each prompt k times in a row
         readmitted = self._readmit(needed)
@@ -326,8 +334,8 @@ class DynamicSamplingMixin(GRPOTrainer):
             kept = sum(c["keep"] for c in candidates)
             missing = math.ceil((total_rows - filled) / k)
             per_prompt = args.probe_generations or k
-            count = refill_prompt_count(missing, kept / max(len(candidates), 1), processes, per_prompt, needed)
-            drawn = self._refill.draw(count, exclude=set(self.filtered_registry))  # same on every process
+            count = refill_prompt_count(missing, kept / max(len(candidates), 1), ranks, per_prompt, needed)
+            drawn = self._refill.draw(count, exclude=set(self.filtered_registry))  # same on every rank
             prompts = [self.train_dataset[i] for i in drawn]
 
         selection = select_groups(
@@ -367,9 +375,9 @@ class DynamicSamplingMixin(GRPOTrainer):
         self._batch_group_ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
         mine = slice(rank * local_rows, (rank + 1) * local_rows)
         replay = _Replay(
-            _generation_from_records(all_records[mine]), rewards_per_func, [r.get("process") for r in all_records]
+            _generation_from_records(all_records[mine]), rewards_per_func, [r.get("span_signals") for r in all_records]
         )
-        return all_inputs[mine], replay, pad_rows_all[mine]
+        return all_inputs[mine], replay, pad_rows_all[mine], bool(selection.padding_rows)
 
     def _readmit(self, needed: int) -> list[int]:
         """Every ``recheck_filtered_every`` steps, re-admit prompts filtered at least that many steps ago (at most

@@ -50,12 +50,12 @@ class ProcessFeedbackMixin:
         return self.args.process_advantage_coef > 0
 
     def _collect_signals(self, num_local_rows: int) -> None:
-        """After a reward call: the span lists of every row of all processes (aligned with the gathered rewards)."""
+        """After a reward call: the span lists of every row of all ranks (aligned with the gathered rewards)."""
         if not self._process_on:
             return
         replay = getattr(self, "_replay", None)
         if replay is not None:
-            self._last_signals = replay.process
+            self._last_signals = replay.span_signals
             return
         # Per row: the spans of every span-emitting verifier, and the first one's own (unshaped) final score.
         local: list[dict] = [{"spans": [], "final": None} for _ in range(num_local_rows)]
@@ -74,7 +74,7 @@ class ProcessFeedbackMixin:
     def _process_token_advantages(self, output: dict, rewards: torch.Tensor, group_ids: torch.Tensor) -> None:
         """Set ``output["process_advantages"]`` (local rows × completion tokens) and log the safeguards.
 
-        ``rewards``: the combined rewards of every row of all processes (NaN = unscorable: no process signal)."""
+        ``rewards``: the combined rewards of every row of all ranks (NaN = unscorable: no process signal)."""
         if not self._process_on or self._last_signals is None:
             return
         rewards = rewards.cpu()

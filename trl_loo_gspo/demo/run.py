@@ -20,10 +20,8 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
-from trl import GRPOConfig
 
 from .. import __version__
-from ..baseline import CountingGRPOTrainer
 from ..config import LooGspoConfig
 from ..trainer import LooGspoTrainer
 from .evaluate import pass_rates
@@ -142,9 +140,10 @@ def recommended_config(demo: DemoConfig, output_dir: Path) -> LooGspoConfig:
     return LooGspoConfig(**_common_args(demo, output_dir))
 
 
-def baseline_config(demo: DemoConfig, output_dir: Path) -> GRPOConfig:
-    """Stock TRL GRPO: TRL's defaults (token-level ratio, dapo loss, group-std scaling), same budget and batch."""
-    return GRPOConfig(**_common_args(demo, output_dir))
+def baseline_config(demo: DemoConfig, output_dir: Path) -> LooGspoConfig:
+    """Stock TRL GRPO: TRL's loss and defaults (token-level ratio, dapo loss, group-std scaling) on the same trainer
+    (TRL's code computes the loss and the advantages), same budget and batch."""
+    return LooGspoConfig.stock_trl(**_common_args(demo, output_dir))
 
 
 def _train(name, trainer_cls, args, model, tokenizer, train, validation, demo, console):
@@ -210,7 +209,7 @@ def run_demo(demo: DemoConfig) -> dict:
     runs = {}
     plans = [("LOO-GSPO", LooGspoTrainer, recommended_config(demo, output_dir / "loo_gspo"))]
     if demo.baseline:
-        plans.append(("stock GRPO", CountingGRPOTrainer, baseline_config(demo, output_dir / "stock_grpo")))
+        plans.append(("stock GRPO", LooGspoTrainer, baseline_config(demo, output_dir / "stock_grpo")))
     for name, trainer_cls, args in plans:
         model = copy.deepcopy(policy)
         trainer, curve, seconds = _train(name, trainer_cls, args, model, tokenizer, train, validation, demo, console)

@@ -1,0 +1,161 @@
+"""A true drop-in: with a TRL loss type, LooGspoTrainer trains what stock GRPOTrainer trains (TRL's own code), and our
+additions (dynamic sampling, entropy feedback) work on top of it."""
+
+import copy
+import math
+
+import pytest
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
+
+from .helpers import (
+    base_kwargs,
+    controlled_dataset,
+    controlled_reward,
+    controlled_rollout,
+    make_model_and_tokenizer,
+    make_rollout,
+    param_delta,
+    parity_reward,
+    record_micro_batches,
+    train_dataset,
+)
+
+pytestmark = pytest.mark.slow
+
+TRL_LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
+
+
+def run(trainer_cls, config_cls, tmp_path, **overrides):
+    model, tokenizer = make_model_and_tokenizer()
+    model0 = copy.deepcopy(model)
+    args = config_cls(**base_kwargs(str(tmp_path), **overrides))
+    trainer = record_micro_batches(trainer_cls)(
+        model=model,
+        reward_funcs=[parity_reward],
+        args=args,
+        train_dataset=train_dataset(),
+        processing_class=tokenizer,
+        rollout_func=make_rollout(tokenizer, args.num_generations),
+    )
+    trainer.train()
+    return trainer, model0
+
+
+def assert_same_run(ours, stock, model0):
+    assert len(ours.recorded) == len(stock.recorded) > 0
+    for (inputs_a, loss_a, _), (inputs_b, loss_b, _) in zip(ours.recorded, stock.recorded, strict=True):
+        torch.testing.assert_close(inputs_a["advantages"], inputs_b["advantages"], rtol=0, atol=0)
+        torch.testing.assert_close(inputs_a["completion_mask"], inputs_b["completion_mask"], rtol=0, atol=0)
+        assert abs(loss_a.item() - loss_b.item()) < 1e-7, (loss_a.item(), loss_b.item())
+    assert any(abs(loss.item()) > 1e-5 for _, loss, _ in ours.recorded)  # a non-trivial loss was compared
+    a, b = param_delta(ours.model, model0), param_delta(stock.model, model0)
+    assert any(d.abs().max() > 0 for d in a.values())  # the step moved the weights
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-7, msg=f"parameter {name}")
+
+
+@pytest.mark.parametrize("dynamic_sampling", [False, True], ids=["plain", "dynamic-sampling"])
+@pytest.mark.parametrize("loss_type", TRL_LOSS_TYPES)
+def test_trl_loss_type_equals_stock_grpo_trainer(tmp_path, loss_type, dynamic_sampling):
+    """One SGD step, same seed, S = GA = 2: the same advantages, micro-batch losses and update as stock TRL. With
+    dynamic sampling on, every group of this data carries a signal, so the kept batch is the stock batch."""
+    ours, model0 = run(
+        LooGspoTrainer, LooGspoConfig, tmp_path / "ours", loss_type=loss_type, dynamic_sampling=dynamic_sampling
+    )
+    stock, _ = run(GRPOTrainer, GRPOConfig, tmp_path / "stock", loss_type=loss_type)
+    assert not ours.args.uses_own_loss and ours.args.advantage_estimator == "trl"
+    if dynamic_sampling:
+        assert ours.state.log_history[0]["sampling/frac_filtered"] == 0.0
+    assert_same_run(ours, stock, model0)
+
+
+def test_trl_gspo_form_of_dapo_runs_through_our_exact_loss(tmp_path):
+    """loss_type='dapo' + sequence ratio is our token-total objective: same update as TRL when S = GA, and it keeps
+    our exact denominator when S ≠ GA (where TRL's window average is not exact)."""
+    common = dict(loss_type="dapo", importance_sampling_level="sequence", num_iterations=2, max_steps=2)
+    common.update(epsilon=1e-3, epsilon_high=2e-3)  # the off-policy 2nd step is partly on the clipped branch
+    ours, model0 = run(LooGspoTrainer, LooGspoConfig, tmp_path / "ours", **common)
+    stock, _ = run(GRPOTrainer, GRPOConfig, tmp_path / "stock", **common)
+    assert ours.args.uses_own_loss and ours.args.loss_aggregation == "token_total"
+    assert "tokens/loss_denominator" in ours.state.log_history[0]
+    assert_same_run(ours, stock, model0)
+
+
+def test_trl_advantages_with_scale_rewards_group_equal_our_grpo_estimator(tmp_path):
+    """advantage_estimator='grpo' (ours, over group ids) and TRL's scale_rewards='group' are the same weights."""
+    ours, model0 = run(LooGspoTrainer, LooGspoConfig, tmp_path / "ours", advantage_estimator="grpo")
+    trl, _ = run(LooGspoTrainer, LooGspoConfig, tmp_path / "trl", scale_rewards="group")
+    assert trl.args.advantage_estimator == "trl"
+    for (a, _, _), (b, _, _) in zip(ours.recorded, trl.recorded, strict=True):
+        torch.testing.assert_close(a["advantages"], b["advantages"], rtol=1e-6, atol=1e-6)
+
+
+class RecordingBatches(LooGspoTrainer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.batches = []
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.batches.append({"rewards": self._last_rewards_per_func.clone(), "output": output})
+        return output
+
+
+def run_controlled(tmp_path, **overrides):
+    model, tokenizer = make_model_and_tokenizer()
+    args = LooGspoConfig(**base_kwargs(str(tmp_path), **overrides))
+    trainer = RecordingBatches(
+        model=model,
+        reward_funcs=[controlled_reward],
+        args=args,
+        train_dataset=controlled_dataset(),
+        processing_class=tokenizer,
+        rollout_func=controlled_rollout(tokenizer, args.num_generations),
+    )
+    trainer.train()
+    return trainer
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_dynamic_sampling_with_a_trl_loss_trains_only_on_groups_with_signal(tmp_path, loss_type):
+    trainer = run_controlled(tmp_path, loss_type=loss_type, dynamic_sampling=True, max_steps=3)
+    assert trainer.state.global_step == 3
+    assert any(h.get("sampling/frac_filtered", 0) > 0 for h in trainer.state.log_history)  # filtering happened
+    k = trainer.args.num_generations
+    for batch in trainer.batches:
+        rewards = batch["rewards"][:, 0].view(-1, k)
+        assert ((rewards.max(1).values - rewards.min(1).values) > 0).all()  # every trained group has a signal
+        assert (batch["output"]["advantages"].view(-1, k).abs().sum(1) > 0).all()
+    assert all(math.isfinite(h["loss"]) for h in trainer.state.log_history if "loss" in h)
+
+
+def test_padding_rows_stay_out_of_trl_token_denominator(tmp_path):
+    """When the rounds run out, padding rows get no valid token, and TRL's dapo denominator (num_items_in_batch,
+    counted by TRL before our mask) is recounted without them."""
+    trainer = run_controlled(
+        tmp_path, loss_type="dapo", dynamic_sampling=True, max_sampling_rounds=1, per_device_train_batch_size=16
+    )
+    output = trainer.batches[0]["output"]
+    pad = torch.isnan(trainer.batches[0]["rewards"]).all(1)
+    assert pad.any() and not pad.all()
+    assert output["completion_mask"][pad].sum() == 0
+    assert int(output["num_items_in_batch"]) == int(output["completion_mask"].sum())
+
+
+def test_entropy_feedback_moves_the_clip_bound_of_a_trl_loss(tmp_path):
+    trainer = run_controlled(
+        tmp_path,
+        loss_type="grpo",
+        entropy_feedback=True,
+        entropy_feedback_target=100.0,  # far above any entropy: k grows every step
+        entropy_step=0.01,
+        entropy_k_max=0.05,
+        max_steps=3,
+    )
+    logs = [h for h in trainer.state.log_history if "entropy_feedback/k" in h]
+    assert [round(h["entropy_feedback/k"], 6) for h in logs] == [0.01, 0.02, 0.03]
+    assert all(0.0 < h["entropy_feedback/entropy"] < math.log(trainer.model.config.vocab_size) + 1e-6 for h in logs)
+    assert trainer.epsilon_high == pytest.approx(0.3 + 0.03)

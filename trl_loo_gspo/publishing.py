@@ -1,0 +1,119 @@
+"""Registration, the model card and Hub pushes of ``LooGspoTrainer`` (docs/method.md §2): a mixin.
+
+* ``train`` registers the experiment first (``register_experiment``: refuse overlapping splits, write
+  ``experiment.json``);
+* ``create_model_card`` appends the method, its flags, the validation figures and the registration record to TRL's
+  card;
+* ``push_to_hub`` / ``save_model`` can merge a LoRA adapter into the base weights for the push
+  (``hub_merge_adapter``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+from accelerate.utils import DistributedType, is_peft_model
+from datasets import IterableDataset
+
+from .hub import card_sections
+from .registration import experiment_record, split_overlap
+
+
+class PublishingMixin:
+    """Mixed into ``LooGspoTrainer`` (needs ``transformers.Trainer``'s methods further down the MRO)."""
+
+    _merge_for_push = False
+    data_source: dict | None = None  # dataset name/revision/split, recorded at registration
+    experiment_record: dict | None = None
+
+    def _check_merge_support(self) -> None:
+        if not self.args.hub_merge_adapter:
+            return
+        if not is_peft_model(self.accelerator.unwrap_model(self.model)):
+            raise ValueError(
+                "hub_merge_adapter=True needs a LoRA run (peft_config / --use_peft); this run trains the "
+                "full model, which is pushed as it is."
+            )
+        if self.is_fsdp_enabled or self.accelerator.distributed_type == DistributedType.DEEPSPEED:
+            raise ValueError(
+                "hub_merge_adapter=True is not supported with FSDP or DeepSpeed (the weights are sharded): push the "
+                "adapter, then merge it on one process: `PeftModel.from_pretrained(base, repo).merge_and_unload()`."
+            )
+
+    def train(self, *args, **kwargs):
+        if self.args.register_experiment:
+            self.register_experiment()
+        return super().train(*args, **kwargs)
+
+    def register_experiment(self) -> dict:
+        """Refuse overlapping splits, then write ``experiment.json`` (main process) and return the record."""
+        validation = self.eval_dataset
+        named = validation.items() if isinstance(validation, dict) else [("eval_dataset", validation)]
+        for name, split in named:
+            if split is None or isinstance(split, IterableDataset) or isinstance(self.train_dataset, IterableDataset):
+                continue
+            if "prompt" not in split.column_names or "prompt" not in self.train_dataset.column_names:
+                continue
+            shared = split_overlap(self.train_dataset, split)
+            if shared:
+                raise ValueError(
+                    f"{name} shares {len(shared)} of its {len(split)} prompts with train_dataset (first: "
+                    f"{split[shared[0]]['prompt']!r}). The validation set must be independent of training (SPEC "
+                    "§5.2): remove those rows, or set register_experiment=False to skip this check."
+                )
+        record = experiment_record(self, task=self.args.experiment_task)
+        if self.data_source is not None:
+            record["data"]["source"] = self.data_source
+        self.experiment_record = record
+        if self.args.should_save:
+            os.makedirs(self.args.output_dir, exist_ok=True)
+            with open(os.path.join(self.args.output_dir, "experiment.json"), "w") as f:
+                json.dump(record, f, indent=2, default=str)
+        return record
+
+    def create_model_card(self, *args, **kwargs) -> None:
+        """TRL's model card plus the method and its flags, the validation figures, the registration record (SPEC §2)
+        and the four sources (:func:`trl_loo_gspo.hub.card_sections`)."""
+        super().create_model_card(*args, **kwargs)
+        path = os.path.join(self.args.output_dir, "README.md")
+        if not self.is_world_process_zero() or not os.path.exists(path):
+            return
+        history = next(
+            (cb.history for cb in self.callback_handler.callbacks if type(cb).__name__ == "ValidationCallback"), []
+        )
+        with open(path, "a") as f:
+            f.write(card_sections(self.args, history, self.experiment_record))
+
+    # ------------------------------------------------------------------ Hub pushes
+    def push_to_hub(self, *args, **kwargs):
+        """``Trainer.push_to_hub`` (adapter or full model, tokenizer, model card, ``experiment.json``); with
+        ``hub_merge_adapter`` the LoRA adapter is merged into the base weights first (the adapter is kept in
+        ``adapter/``)."""
+        self._merge_for_push = self.args.hub_merge_adapter
+        try:
+            return super().push_to_hub(*args, **kwargs)
+        finally:
+            self._merge_for_push = False
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        super().save_model(output_dir, _internal_call)
+        if self._merge_for_push and self.args.should_save:
+            self._save_merged(output_dir or self.args.output_dir)
+
+    def _save_merged(self, output_dir: str) -> None:
+        """Write the merged full model to ``output_dir`` and move the adapter files to ``output_dir/adapter``."""
+        model = self.accelerator.unwrap_model(self.model)
+        if not is_peft_model(model):
+            raise ValueError("hub_merge_adapter=True needs a PEFT (LoRA) model; this run trains the full model.")
+        adapter_dir = os.path.join(output_dir, "adapter")
+        model.save_pretrained(adapter_dir)
+        for name in os.listdir(adapter_dir):
+            stale = os.path.join(output_dir, name)
+            if os.path.isfile(stale):
+                os.remove(stale)
+        # A copy, so that the trainer's model keeps its adapter (costs one more copy of the weights while saving).
+        merged = copy.deepcopy(model).merge_and_unload()
+        merged.save_pretrained(output_dir)
+        del merged
