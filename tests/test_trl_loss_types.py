@@ -20,6 +20,7 @@ from .helpers import (
     param_delta,
     parity_reward,
     record_micro_batches,
+    reference_gradient,
     train_dataset,
 )
 
@@ -82,6 +83,30 @@ def test_trl_gspo_form_of_dapo_runs_through_our_exact_loss(tmp_path):
     assert ours.args.uses_own_loss and ours.args.loss_aggregation == "token_total"
     assert "tokens/loss_denominator" in ours.state.log_history[0]
     assert_same_run(ours, stock, model0)
+
+
+@pytest.mark.parametrize(("steps", "ga"), [(4, 2), (1, 3)], ids=["S=2GA", "S<GA-rescale"])
+def test_trl_gspo_form_of_dapo_is_exact_when_s_differs_from_ga(tmp_path, steps, ga):
+    """Where stock TRL's dapo denominator is a window average (tests/test_trainer_loss.py), ours is the step's count:
+    the first update is exactly −lr ∇(Σ T_i ℓ_i / Σ T_i) over that step's micro-batches."""
+    ours, model0 = run(
+        LooGspoTrainer,
+        LooGspoConfig,
+        tmp_path,
+        loss_type="dapo",
+        importance_sampling_level="sequence",
+        steps_per_generation=steps,
+        gradient_accumulation_steps=ga,
+        per_device_train_batch_size=4,
+    )
+    first_step = [inputs for inputs, _, step in ours.recorded if step == 0]
+    assert len(first_step) == ga
+    grads, hand_loss = reference_gradient(ours, model0, first_step)
+    lr = ours.args.learning_rate
+    delta = param_delta(ours.model, model0)
+    for name, grad in grads.items():
+        torch.testing.assert_close(delta[name], -lr * grad, rtol=0, atol=1e-6, msg=f"parameter {name}")
+    assert abs(ours.state.log_history[0]["loss"] - hand_loss.item()) < 1e-6
 
 
 def test_trl_advantages_with_scale_rewards_group_equal_our_grpo_estimator(tmp_path):

@@ -24,6 +24,7 @@ from trl import GRPOTrainer
 
 from .sampling import (
     RefillSampler,
+    adaptive_round_can_fill,
     allocate_group_sizes,
     due_for_recheck,
     group_decisions,
@@ -81,6 +82,19 @@ def _generation_from_records(records: list[dict]) -> tuple:
         None,
         [],
     )
+
+
+def _with_extra_fields(rows: list[dict], extra_fields: dict | None) -> list[dict]:
+    """Copies of ``rows`` with a rollout function's extra fields merged in, as TRL merges them into the reward
+    functions' inputs (a list gives one value per row, anything else is shared)."""
+    merged = [dict(row) for row in rows]
+    for i, row in enumerate(merged):
+        for key, values in (extra_fields or {}).items():
+            if not isinstance(values, list):
+                row[key] = values
+            elif i < len(values):
+                row[key] = values[i]
+    return merged
 
 
 def _prompt_key(prompt: Any) -> str:
@@ -195,7 +209,9 @@ class DynamicSamplingMixin(GRPOTrainer):
             generation = self._generate(prompts)
         finally:
             self.num_generations = saved
-        rewards_per_func = self._calculate_rewards(mine, prompts, generation[3], generation[1])
+        rewards_per_func = self._calculate_rewards(
+            _with_extra_fields(mine, generation[5]), prompts, generation[3], generation[1]
+        )
         records = gather_object(_row_records(generation))
         signals = getattr(self, "_last_signals", None)  # set by the reward call when process feedback is on
         for i, record in enumerate(records):
@@ -331,6 +347,10 @@ class DynamicSamplingMixin(GRPOTrainer):
             if rounds >= args.max_sampling_rounds:
                 exhausted = True
                 break
+            if args.adaptive_group_size and not adaptive_round_can_fill(total_rows - filled, args.min_generations):
+                # fewer rows missing than the smallest group: pad them, do not probe in vain
+                exhausted = f"{total_rows - filled} missing rows < min_generations={args.min_generations}"
+                break
             kept = sum(c["keep"] for c in candidates)
             missing = math.ceil((total_rows - filled) / k)
             per_prompt = args.probe_generations or k
@@ -341,15 +361,17 @@ class DynamicSamplingMixin(GRPOTrainer):
         selection = select_groups(
             [c["keep"] for c in candidates], [len(c["records"]) for c in candidates], total_rows, exhausted=exhausted
         )
+        why = exhausted if isinstance(exhausted, str) else f"max_sampling_rounds={args.max_sampling_rounds}"
+        exhausted = bool(exhausted)
         if exhausted and selection.padding_rows and args.on_sampling_exhausted == "error":
             raise RuntimeError(
                 f"dynamic sampling filled {total_rows - selection.padding_rows} of {total_rows} rows with groups "
-                f"carrying a comparison signal after max_sampling_rounds={args.max_sampling_rounds} generation "
-                "rounds. Raise max_sampling_rounds, or set on_sampling_exhausted='pad' to train on the groups found."
+                f"carrying a comparison signal after {rounds} generation rounds ({why}). Raise max_sampling_rounds, "
+                "or set on_sampling_exhausted='pad' to train on the groups found."
             )
         if selection.padding_rows and not self._warned_exhausted:
             warnings.warn(
-                f"dynamic sampling hit max_sampling_rounds={args.max_sampling_rounds} with "
+                f"dynamic sampling stopped ({why}) with "
                 f"{total_rows - selection.padding_rows}/{total_rows} rows in groups carrying a comparison signal; "
                 "the rest of the batch is zero-weight padding (logged as sampling/padded_fraction). Warning once.",
                 stacklevel=2,

@@ -109,8 +109,11 @@ def allocate_group_sizes(pass_rates: list[float], rows: int, k_min: int, k_max: 
 
     The most informative prompts first — informativeness p(1−p), the variance of a Bernoulli answer — each gets
     ``k_min + (k_max − k_min)·4p(1−p)`` answers (rounded), and the last one takes what is left if that is at least
-    ``k_min``; rows too few for another group are spread over the groups already sized, up to ``k_max``. Returns one
-    size per prompt (0 = not continued); the sizes add up to at most ``rows`` (less only when the prompts run out).
+    ``k_min``; rows too few for another group are spread over the groups already sized, up to ``k_max``. If rows
+    too few for a group are still left (every sized group at ``k_max``), sized groups give rows back (down to
+    ``k_min``) until the rest makes one more group of ``k_min``: a later round can always fill what this one leaves,
+    unless every sized group is at ``k_min`` already. Returns one size per prompt (0 = not continued); the sizes add
+    up to at most ``rows`` (less only when the prompts run out, or when the rest is left for a later round).
     """
     if not 1 <= k_min <= k_max:
         raise ValueError(f"need 1 <= k_min <= k_max, got {k_min}, {k_max}")
@@ -137,7 +140,21 @@ def allocate_group_sizes(pass_rates: list[float], rows: int, k_min: int, k_max: 
             extra = min(k_max - sizes[j], left)
             sizes[j] += extra
             left -= extra
+    if 0 < left < k_min:  # no later round could fill it: leave a full minimal group instead
+        for j in reversed(order):
+            if left >= k_min:
+                break
+            if sizes[j] > k_min:
+                back = min(sizes[j] - k_min, k_min - left)
+                sizes[j] -= back
+                left += back
     return sizes
+
+
+def adaptive_round_can_fill(rows_missing: int, k_min: int) -> bool:
+    """Whether another adaptive round can add a group: it needs at least ``k_min`` missing rows (SPEC §3.1). A round
+    with fewer would generate probes that no group size can use."""
+    return rows_missing >= k_min
 
 
 def refill_prompt_count(
