@@ -180,3 +180,25 @@ def test_streamed_char_ends_equal_prefix_decoding_or_fall_back():
     assert streamed == process.token_char_ends(decode, ids)  # the EOS adds no character
     assert streamed[-1] == streamed[-2] == len(full)
     assert process.token_char_ends_streaming(tokenizer._tokenizer, ids, full + " ") is None  # mismatch: fall back
+
+
+def test_quadratic_span_mapping_fallback_warns_once():
+    """A tokenizer that cannot be streamed makes span mapping decode every prefix (O(T²)): say so, once."""
+    import warnings
+
+    from trl_loo_gspo.process_feedback import ProcessFeedbackMixin
+
+    class Host(ProcessFeedbackMixin):
+        processing_class = object()  # no fast backend
+        _warned_quadratic_spans = False
+
+    host = Host()
+
+    def decode(batch):
+        return ["".join(str(i) for i in ids) for ids in batch]
+
+    with pytest.warns(UserWarning, match="O\\(T²\\)"):
+        assert host._char_ends(decode, [1, 2, 3]) == [1, 2, 3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert host._char_ends(decode, [4, 5]) == [1, 2]

@@ -81,6 +81,23 @@ def test_kl_logging_with_beta_zero_leaves_the_loss_unchanged_and_logs_every_n_st
     assert not any("kl" in h for h in plain.state.log_history)
 
 
+def test_kl_logging_cadence_when_rounds_do_not_fall_on_multiples_of_n(tmp_path):
+    """S = 4, GA = 1: a generation round every 4 optimizer steps (0, 4, 8, 12), N = 3. The KL is measured on the first
+    round at or after each multiple of 3 — steps 0, 4, 8, 12 (log steps 1, 5, 9, 13), not only where a round happens to
+    fall on a multiple (0 and 12)."""
+    logged = make(
+        tmp_path,
+        reference_kl_logging_steps=3,
+        steps_per_generation=4,
+        gradient_accumulation_steps=1,
+        per_device_train_batch_size=4,
+        max_steps=13,
+    )
+    logged.train()
+    assert [h["step"] for h in logged.state.log_history if "kl" in h] == [1, 5, 9, 13]
+    assert logged.kl_due_step == 15
+
+
 def test_kl_logging_with_lora_uses_the_disabled_adapter(tmp_path):
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     trainer = make(tmp_path, peft_config=lora, reference_kl_logging_steps=1, max_steps=2)

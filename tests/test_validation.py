@@ -1,6 +1,7 @@
 """Independent validation at rollout-token checkpoints (SPEC §5.2)."""
 
 import pytest
+import torch
 from datasets import Dataset
 
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
@@ -61,3 +62,36 @@ def test_evaluates_at_rollout_token_checkpoints_not_steps(tmp_path):
 def test_every_tokens_must_be_positive(tmp_path):
     with pytest.raises(ValueError):
         ValidationCallback(object(), [], StartsWithDigit(), every_tokens=0)
+
+
+def test_validation_restores_every_random_stream(tmp_path, monkeypatch):
+    """torch.manual_seed inside validation reseeds CPU *and every CUDA device*: after ValidationCallback.evaluate all
+    of them are as they were, with Python's and NumPy's streams. CUDA is simulated (no GPU here): the state saved
+    before must be the one restored after."""
+    import random
+
+    import numpy as np
+
+    model, tokenizer = make_model_and_tokenizer()
+    trainer = LooGspoTrainer(
+        model=model,
+        reward_funcs=[digit_fraction_reward],
+        args=LooGspoConfig(**base_kwargs(str(tmp_path))),
+        train_dataset=addition_dataset(16, seed=8),
+        processing_class=tokenizer,
+    )
+    validation = Dataset.from_list([{"prompt": f"{i}+{i}=", "answer": str(2 * i)} for i in range(4)])
+    callback = ValidationCallback(trainer, validation, StartsWithDigit(), every_tokens=150, samples=2, seed=5)
+    cuda = {"state": "training-stream", "restored": []}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [cuda["state"]])
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", cuda["restored"].append)
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: cuda.update(state=f"seed-{seed}"))
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    cuda["state"] = "training-stream"
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    cuda["state"] = "training-stream"
+    callback.evaluate()
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+    assert cuda["restored"] == [["training-stream"]]  # the CUDA stream saved before validation reseeded it

@@ -44,6 +44,7 @@ class ProcessFeedbackMixin:
         self._process_signal_history: deque[float] = deque(maxlen=window)
         self._process_pass_history: deque[float] = deque(maxlen=window)
         self._warned_divergence = False
+        self._warned_quadratic_spans = False
 
     @property
     def _process_on(self) -> bool:
@@ -112,6 +113,15 @@ class ProcessFeedbackMixin:
             ends = process.token_char_ends_streaming(backend, ids, decode([ids])[0])
             if ends is not None:
                 return ends
+        if not self._warned_quadratic_spans:
+            reason = "it has no fast backend" if backend is None else "its streamed text differs from batch_decode"
+            warnings.warn(
+                f"process feedback maps spans to tokens by decoding every prefix of each answer (O(T²) per answer) "
+                f"because the tokenizer cannot be streamed ({reason}). Use a fast tokenizer whose decode is "
+                "streamable to make this linear. Warning once.",
+                stacklevel=2,
+            )
+            self._warned_quadratic_spans = True
         return process.token_char_ends(decode, ids)
 
     def _log_process(self, spans, values, keys, advantages, final: torch.Tensor) -> None:

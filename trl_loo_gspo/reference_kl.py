@@ -21,6 +21,7 @@ class ReferenceKLMixin:
     """Mixed into ``LooGspoTrainer``."""
 
     _kl_ref_model = None
+    kl_due_step = 0  # the next optimizer step at or after which a generation round measures the KL (checkpointed)
 
     def _reference_for_kl_logging(self):
         """A frozen copy of the initial policy for ``reference_kl_logging_steps`` when TRL built no reference (β = 0,
@@ -37,10 +38,14 @@ class ReferenceKLMixin:
         return reference
 
     def _log_reference_kl(self, output: dict) -> None:
-        """Every ``reference_kl_logging_steps`` steps with β = 0: the global token-weighted k3 KL to the reference."""
+        """Every ``reference_kl_logging_steps`` steps with β = 0: the global token-weighted k3 KL to the reference,
+        on the first generation round at or after each multiple of N."""
         every = self.args.reference_kl_logging_steps
-        if every is None or self.beta != 0.0 or self.state.global_step % every != 0:
+        if every is None or self.beta != 0.0 or self.state.global_step < self.kl_due_step:
             return
+        # Generation rounds need not fall on multiples of N (steps_per_generation ≠ GA): measure at the first round
+        # at or after each multiple, once.
+        self.kl_due_step = (self.state.global_step // every + 1) * every
         ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
         attention = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
         keep, batch = output["completion_ids"].size(1), self.args.per_device_train_batch_size

@@ -155,9 +155,24 @@ class LooGspoTrainer(
     # ------------------------------------------------------------------ advantages (§2.2)
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._check_finite(rewards_per_func)
         self._last_rewards_per_func = rewards_per_func  # gathered over all ranks, NaN = unscorable
         self._collect_signals(len(completions))  # §6 span signals, when process feedback is on
         return rewards_per_func
+
+    def _check_finite(self, rewards_per_func: torch.Tensor) -> None:
+        """An infinite reward would turn the weights into NaN at the first update and fail far from its cause: stop
+        with the reward function's name instead (the check runs on the gathered rewards, so every rank raises)."""
+        infinite = torch.isinf(rewards_per_func)
+        if bool(infinite.any()):
+            column = int(infinite.any(dim=0).nonzero()[0])
+            rows = infinite[:, column].nonzero().flatten().tolist()
+            raise ValueError(
+                f"reward function {self.reward_func_names[column]!r} returned an infinite reward for {len(rows)} of "
+                f"{rewards_per_func.size(0)} completions (first: row {rows[0]} of the gathered batch, value "
+                f"{float(rewards_per_func[rows[0], column])}). Rewards must be finite floats, or None for an answer "
+                "that cannot be scored."
+            )
 
     def group_ids(self, num_rows: int, num_generations: int, device: torch.device) -> torch.Tensor:
         """Prompt-group id of each gathered row: the sampler's ids when it assembled the batch (groups may then
@@ -294,12 +309,14 @@ class LooGspoTrainer(
             "refill_sampler": None if self._refill is None else self._refill.state_dict(),
             "filtered_registry": self.filtered_registry,
             "entropy_feedback": self._entropy_feedback_state(),
+            "kl_due_step": self.kl_due_step,
         }
 
     def load_run_state(self, state: dict[str, Any]) -> None:
         self.generated_tokens_total = int(state["generated_tokens_total"])
         self.effective_tokens_total = int(state["effective_tokens_total"])
         self.sampling_counters.update(state.get("sampling_counters", {}))
+        self.kl_due_step = int(state.get("kl_due_step", 0))
         if state.get("entropy_feedback") is not None:
             self._load_entropy_feedback_state(state["entropy_feedback"])
         registry = state.get("filtered_registry") or {}

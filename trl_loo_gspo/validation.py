@@ -10,13 +10,34 @@ evaluated every time.
 
 from __future__ import annotations
 
+import random
+from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from accelerate.utils import gather_object
 from transformers import Trainer, TrainerCallback
 
 from .rewards.base import completion_text
+
+
+@contextmanager
+def preserved_rng():
+    """Save every random stream a validation pass may touch and restore it afterwards: torch's CPU generator, the
+    generator of every CUDA device (``torch.manual_seed`` reseeds them all), Python's ``random`` and NumPy's global
+    state."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    cpu_state = torch.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+        torch.set_rng_state(cpu_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
 
 
 class ValidationCallback(TrainerCallback):
@@ -117,8 +138,8 @@ class ValidationCallback(TrainerCallback):
             texts = [self._prompt_text(row["prompt"]) for row in rows]
             greedy = self._scores(rows, [completion_text(c) for c in self._generate(model, texts, False)], 1)
             if self.samples:
-                with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(self.seed + len(self.history))
+                with preserved_rng():  # training's RNG streams continue as if validation had not run
+                    torch.manual_seed(self.seed + len(self.history))  # CPU and every CUDA device
                     answers = self._generate(model, texts, True)
                 sampled = self._scores(rows, answers, self.samples)
         model.train(was_training)
