@@ -37,6 +37,7 @@ __all__ = [
     "clip_masks",
     "clamp_log_ratio",
     "group_has_signal",
+    "frac_rows_without_signal",
     "group_mean_advantages",
     "grpo_advantages",
     "k3_kl",
@@ -145,6 +146,18 @@ def group_has_signal(rewards: torch.Tensor, group_ids: torch.Tensor, atol: float
     counts = torch.zeros(ids.numel(), dtype=torch.long, device=rewards.device).index_add_(0, inverse, scorable.long())
     # §3.1 comparison signal: ≥ 2 scorable answers that are not all equal
     return (counts >= 2) & ((high - low) > atol)
+
+
+def frac_rows_without_signal(
+    rewards: torch.Tensor, group_ids: torch.Tensor, atol: float = 1e-6, rows: torch.Tensor | None = None
+) -> float:
+    """Fraction of rows whose group carries no comparison signal (TRL's ``frac_reward_zero_std``, but over the
+    actual groups, which may differ in size), among ``rows`` (a bool mask; default all)."""
+    signal = group_has_signal(rewards, group_ids, atol)
+    _, row_group = torch.unique(group_ids, return_inverse=True)
+    flat = ~signal[row_group]
+    rows = torch.ones_like(flat) if rows is None else rows.to(flat.device)
+    return (flat & rows).sum().item() / max(int(rows.sum()), 1)
 
 
 def sequence_log_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

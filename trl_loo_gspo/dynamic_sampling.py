@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -36,9 +37,16 @@ from .sampling import (
 class _Replay:
     """The final batch's answers and rewards, handed back to TRL instead of generating and scoring again."""
 
-    def __init__(self, generation: tuple, rewards_per_func: torch.Tensor, span_signals: list | None = None) -> None:
+    def __init__(
+        self,
+        generation: tuple,
+        rewards_per_func: torch.Tensor,
+        span_signals: list | None = None,
+        extra_logs: list[dict] | None = None,
+    ) -> None:
         self.generation = generation
         self.rewards_per_func = rewards_per_func
+        self.extra_logs = extra_logs or []  # this rank's rows: the columns reward functions gave `log_extra`
         self.span_signals = span_signals  # §6 process feedback, per row of all ranks: spans and final score
 
 
@@ -84,6 +92,11 @@ def _generation_from_records(records: list[dict]) -> tuple:
     )
 
 
+# TRL's per-batch generation metrics (GRPOTrainer._generate): logged for the trained batch only.
+_PER_BATCH_KEYS = ("num_tokens",)
+_PER_BATCH_PREFIX = "completions/"
+
+
 def _with_extra_fields(rows: list[dict], extra_fields: dict | None) -> list[dict]:
     """Copies of ``rows`` with a rollout function's extra fields merged in, as TRL merges them into the reward
     functions' inputs (a list gives one value per row, anything else is shared)."""
@@ -122,12 +135,14 @@ class DynamicSamplingMixin(GRPOTrainer):
     _replay: _Replay | None = None
     _local_generated_tokens = 0
     _batch_group_ids: torch.Tensor | None = None
+    _batch_pad_rows: torch.Tensor | None = None
 
     def _init_sampling(self) -> None:
         args = self.args
         self._replay: _Replay | None = None
         self._local_generated_tokens = 0  # this rank's generated tokens since the last round's metrics
         self._batch_group_ids: torch.Tensor | None = None  # global per-row group ids of the assembled batch
+        self._batch_pad_rows: torch.Tensor | None = None  # global per-row padding flags of the assembled batch
         self._warned_exhausted = False
         self._refill: RefillSampler | None = None
         self.sampling_counters = {"discarded_tokens": 0, "padded_rows": 0, "surplus_groups": 0, "rounds": 0}
@@ -153,6 +168,7 @@ class DynamicSamplingMixin(GRPOTrainer):
     # ------------------------------------------------------------------ TRL hooks (replay-aware)
     def _generate(self, prompts: list):
         if self._replay is not None:
+            self._trl_generation_metrics(prompts, self._replay.generation)
             return self._replay.generation
         output = super()._generate(prompts)
         completion_ids, tool_mask = output[1], output[2]
@@ -162,6 +178,46 @@ class DynamicSamplingMixin(GRPOTrainer):
             self._local_generated_tokens += sum(len(ids) for ids in completion_ids)
         return output
 
+    def _trl_generation_metrics(self, prompts: list, generation: tuple) -> None:
+        """TRL's per-batch generation metrics (``num_tokens``, ``completions/*``) for the rows that are trained: TRL's
+        ``_generate`` runs on them through a rollout function that hands back the answers already made (tools off, so
+        that nothing is executed again); its output is discarded."""
+        prompt_ids, completion_ids, tool_mask, _completions, logprobs, _extra, _images, _tool_images = generation
+
+        def replay_rollout(_prompts, _trainer):
+            out = {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
+            if tool_mask is not None:
+                out["env_mask"] = tool_mask  # TRL's name for a rollout's tool mask
+            return out
+
+        saved = self.rollout_func, self.tools
+        self.rollout_func, self.tools = replay_rollout, None
+        try:
+            super()._generate(prompts)
+        finally:
+            self.rollout_func, self.tools = saved
+
+    @contextmanager
+    def _round_generation(self):
+        """A generation round: TRL's per-batch generation metrics it would log describe rows that may never be
+        trained, so they are rolled back (the trained batch logs them, see ``_trl_generation_metrics``)."""
+        metrics = self._metrics["train"]
+        saved = {
+            key: list(metrics[key])
+            for key in list(metrics)
+            if key in _PER_BATCH_KEYS or key.startswith(_PER_BATCH_PREFIX)
+        }
+        seen = self.state.num_input_tokens_seen
+        try:
+            yield
+        finally:
+            for key in [k for k in list(metrics) if k in _PER_BATCH_KEYS or k.startswith(_PER_BATCH_PREFIX)]:
+                if key in saved:
+                    metrics[key][:] = saved[key]
+                else:
+                    del metrics[key]
+            self.state.num_input_tokens_seen = seen
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         if self._replay is not None:
             return self._replay.rewards_per_func
@@ -169,10 +225,14 @@ class DynamicSamplingMixin(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         self._batch_group_ids = None
+        self._batch_pad_rows = None
         if not (self.model.training and self.args.dynamic_sampling):
             return super()._generate_and_score_completions(inputs)
         final_inputs, replay, pad_rows, padded = self._sample_batch(inputs)
         self._replay = replay
+        self._pending_extra_logs.clear()  # TRL flushes these with the batch: the trained rows' own values
+        for column in sorted({column for logged in replay.extra_logs for column in logged}):
+            self._pending_extra_logs[column].extend(logged.get(column) for logged in replay.extra_logs)
         try:
             output = super()._generate_and_score_completions(final_inputs)
         finally:
@@ -206,17 +266,34 @@ class DynamicSamplingMixin(GRPOTrainer):
         saved = self.num_generations
         self.num_generations = per_prompt
         try:
-            generation = self._generate(prompts)
+            with self._round_generation():
+                generation = self._generate(prompts)
         finally:
             self.num_generations = saved
         rewards_per_func = self._calculate_rewards(
             _with_extra_fields(mine, generation[5]), prompts, generation[3], generation[1]
         )
-        records = gather_object(_row_records(generation))
+        local = _row_records(generation)
+        for record, logged in zip(local, self._take_extra_logs(len(local)), strict=True):
+            record["extra_log"] = logged  # `log_extra` columns travel with their row
+        records = gather_object(local)
         signals = getattr(self, "_last_signals", None)  # set by the reward call when process feedback is on
         for i, record in enumerate(records):
             record["span_signals"] = signals[i] if signals is not None else None
         return records, rewards_per_func
+
+    def _take_extra_logs(self, num_rows: int) -> list[dict]:
+        """The ``log_extra`` columns the reward functions just logged for this rank's rows, one dict per row; TRL's
+        pending buffer is emptied (it would otherwise flush every round's values with the trained batch)."""
+        pending = getattr(self, "_pending_extra_logs", None)
+        if not pending:
+            return [{} for _ in range(num_rows)]
+        rows = [
+            {column: values[i] if i < len(values) else None for column, values in pending.items()}
+            for i in range(num_rows)
+        ]
+        pending.clear()
+        return rows
 
     def _aligned(self, rows: list[dict]) -> tuple[list[dict], int]:
         """Pad a global row list with copies of its last row so that it splits evenly over the ranks."""
@@ -395,9 +472,13 @@ class DynamicSamplingMixin(GRPOTrainer):
         rewards_per_func = rewards_per_func.masked_fill(pad_rows_all.unsqueeze(1), float("nan"))
         sizes = [len(c["records"]) for c in chosen] + ([selection.padding_rows] if padding else [])
         self._batch_group_ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+        self._batch_pad_rows = pad_rows_all
         mine = slice(rank * local_rows, (rank + 1) * local_rows)
         replay = _Replay(
-            _generation_from_records(all_records[mine]), rewards_per_func, [r.get("span_signals") for r in all_records]
+            _generation_from_records(all_records[mine]),
+            rewards_per_func,
+            [r.get("span_signals") for r in all_records],
+            [r.get("extra_log", {}) for r in all_records[mine]],
         )
         return all_inputs[mine], replay, pad_rows_all[mine], bool(selection.padding_rows)
 
@@ -437,6 +518,9 @@ class DynamicSamplingMixin(GRPOTrainer):
             _tokens(r) for i, c in enumerate(candidates) if i not in chosen for r in c["records"]
         )
         n = max(len(candidates), 1)
+        generated = torch.cat([self._combined_rewards(c["rewards"]) for c in candidates]) if candidates else None
+        if generated is not None and bool((~torch.isnan(generated)).any()):
+            metrics["rollout/reward_mean"].append(float(generated.nanmean()))  # every scored answer of the rounds
         metrics["sampling/rounds"].append(rounds)
         metrics["sampling/frac_filtered"].append(sum(not c["keep"] for c in candidates) / n)
         metrics["sampling/frac_all_correct"].append(sum(c["all_correct"] for c in candidates) / n)

@@ -227,7 +227,18 @@ class LooGspoTrainer(
         scored = all_advantages[~torch.isnan(rewards)]
         metrics["advantages/mean"].append(scored.mean().item() if scored.numel() else 0.0)
         metrics["advantages/std"].append(scored.std().item() if scored.numel() > 1 else 0.0)
-        metrics["rewards/frac_unscorable"].append(torch.isnan(rewards_per_func).all(dim=1).float().mean().item())
+        pad = self._batch_pad_rows
+        real = ~pad.to(rewards.device) if pad is not None and pad.numel() == rewards.numel() else None
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)
+        if real is not None:  # padding rows are not answers: neither unscorable nor scored
+            unscorable = unscorable & real
+        metrics["rewards/frac_unscorable"].append(
+            unscorable.sum().item() / max(int(real.sum()) if real is not None else unscorable.numel(), 1)
+        )
+        if self.args.adaptive_group_size and self._batch_group_ids is not None:
+            # groups of different sizes: TRL's frac_reward_zero_std grouped the rows by num_generations
+            frac = core.frac_rows_without_signal(rewards, group_ids, self.args.signal_tolerance, real)
+            metrics["frac_reward_zero_std"][-1] = frac
         metrics["tokens/generated"].append(generated)
         metrics["tokens/valid"].append(valid)
         metrics["tokens/effective"].append(effective)
