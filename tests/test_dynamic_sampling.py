@@ -147,7 +147,8 @@ def test_probe_never_generates_the_continuation_for_filtered_prompts(tmp_path):
     rollout = trainer.rollout_func
 
     def spy(prompts, trainer_):
-        phase = "probe" if trainer_.num_generations == 3 else "continuation"  # set per round by the sampler
+        phase = "probe" if trainer_.answers_per_prompt == 3 else "continuation"  # the round's layout
+        assert trainer_.num_generations == 4  # never changed to steer the backend
         calls.extend((phase, prompt) for prompt in prompts)
         return rollout(prompts, trainer_)
 

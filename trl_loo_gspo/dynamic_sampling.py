@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from collections import Counter
 from contextlib import contextmanager
 from typing import Any
 
@@ -115,6 +116,22 @@ def _prompt_key(prompt: Any) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
 
 
+def _padding_record(template: dict) -> dict:
+    """A zero-weight padding row: the template's prompt with a one-token completion (it gets no valid token and a NaN
+    reward, and costs the batch's forward passes one position)."""
+    first = template["completion_ids"][:1]
+    return {
+        **template,
+        "completion_ids": list(first),
+        "tool_mask": None if template["tool_mask"] is None else [1],
+        "completion": "",
+        "logprobs": None if template["logprobs"] is None else list(template["logprobs"][:1]),
+        "extra": {key: value for key, value in template["extra"].items()},
+        "extra_log": {},
+        "span_signals": None,
+    }
+
+
 def loss_mask(inputs: dict[str, Any]) -> torch.Tensor:
     """Valid generated tokens of a batch: completion mask times TRL's tool mask (tool outputs are not the policy's)."""
     mask = inputs["completion_mask"]
@@ -124,6 +141,10 @@ def loss_mask(inputs: dict[str, Any]) -> torch.Tensor:
 
 
 def _tokens(record: dict) -> int:
+    """Generated tokens of a row (tool output excluded); for a row reference, its count if this rank owns it, else 0
+    (sums of references are this rank's share, reduced once per batch in ``_log_sampling``)."""
+    if "tokens" in record:
+        return record["tokens"]
     return sum(record["tool_mask"]) if record["tool_mask"] is not None else len(record["completion_ids"])
 
 
@@ -136,6 +157,8 @@ class DynamicSamplingMixin(GRPOTrainer):
     _local_generated_tokens = 0
     _batch_group_ids: torch.Tensor | None = None
     _batch_pad_rows: torch.Tensor | None = None
+    _pad_template: dict | None = None
+    _round_layout: int | None = None
 
     def _init_sampling(self) -> None:
         args = self.args
@@ -143,6 +166,8 @@ class DynamicSamplingMixin(GRPOTrainer):
         self._local_generated_tokens = 0  # this rank's generated tokens since the last round's metrics
         self._batch_group_ids: torch.Tensor | None = None  # global per-row group ids of the assembled batch
         self._batch_pad_rows: torch.Tensor | None = None  # global per-row padding flags of the assembled batch
+        self._row_store: dict[tuple[int, int], dict] = {}  # this rank's generated rows still in the running
+        self._row_calls = 0  # generation calls so far (part of a row's local key)
         self._warned_exhausted = False
         self._refill: RefillSampler | None = None
         self.sampling_counters = {"discarded_tokens": 0, "padded_rows": 0, "surplus_groups": 0, "rounds": 0}
@@ -177,6 +202,18 @@ class DynamicSamplingMixin(GRPOTrainer):
         else:
             self._local_generated_tokens += sum(len(ids) for ids in completion_ids)
         return output
+
+    @property
+    def answers_per_prompt(self) -> int:
+        """Answers per prompt of the generation call in progress, for rollout functions and backends: each prompt
+        appears this many times in a row. ``num_generations``, except in a dynamic-sampling round: the probe size,
+        or 1 for continuations (one row per answer, prompts with different counts)."""
+        return self.num_generations if self._round_layout is None else self._round_layout
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
+        if self._round_layout is not None and num_generations == self.num_generations:
+            num_generations = self._round_layout  # the round's main call (a tool loop's later calls pass 1)
+        return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
 
     def _trl_generation_metrics(self, prompts: list, generation: tuple) -> None:
         """TRL's per-batch generation metrics (``num_tokens``, ``completions/*``) for the rows that are trained: TRL's
@@ -255,32 +292,48 @@ class DynamicSamplingMixin(GRPOTrainer):
     def _generate_rows(self, rows: list[dict], per_prompt: int) -> tuple[list[dict], torch.Tensor]:
         """Generate and verify one answer per row of a *global* row list; each rank takes its equal share.
 
-        ``rows`` holds each prompt ``per_prompt`` times in a row, and ``self.num_generations`` is set to
-        ``per_prompt`` meanwhile: TRL's generation backends (vLLM server mode deduplicates
-        ``prompts[::num_generations]``) expect exactly that layout. Returns the gathered row records and rewards.
+        ``rows`` holds each prompt ``per_prompt`` times in a row (``per_prompt=1``: one answer per row), and the
+        backend's main generation call is told so (``_generate_single_turn``'s ``num_generations``; vLLM server
+        mode deduplicates ``prompts[::num_generations]``); rollout functions read ``answers_per_prompt``.
+        ``self.num_generations`` is never changed. Returns one reference per global row (owner rank,
+        local key, token count) and the gathered rewards; the row data stays in the owner's ``_row_store``.
         """
         ranks, rank = self.accelerator.num_processes, self.accelerator.process_index
         share = len(rows) // ranks
         mine = rows[rank * share : (rank + 1) * share]
         prompts = [x["prompt"] for x in mine]
-        saved = self.num_generations
-        self.num_generations = per_prompt
+        self._round_layout = per_prompt  # answers per prompt of this call, for the backend (not num_generations)
         try:
             with self._round_generation():
                 generation = self._generate(prompts)
         finally:
-            self.num_generations = saved
+            self._round_layout = None
         rewards_per_func = self._calculate_rewards(
             _with_extra_fields(mine, generation[5]), prompts, generation[3], generation[1]
         )
         local = _row_records(generation)
         for record, logged in zip(local, self._take_extra_logs(len(local)), strict=True):
             record["extra_log"] = logged  # `log_extra` columns travel with their row
-        records = gather_object(local)
+        # Decisions need the gathered rewards only (TRL gathered them). The rows stay on the rank that generated them
+        # until the batch is assembled; token counts are known for own rows and summed across ranks once per batch.
+        me = self.accelerator.process_index
+        call = self._row_calls
+        self._row_calls += 1
+        for i, record in enumerate(local):
+            self._row_store[(call, i)] = record
+        if local and self._pad_template is None:
+            self._pad_template = _padding_record(local[0])  # for a rank whose rows of a batch are all padding
         signals = getattr(self, "_last_signals", None)  # set by the reward call when process feedback is on
-        for i, record in enumerate(records):
-            record["span_signals"] = signals[i] if signals is not None else None
-        return records, rewards_per_func
+        refs = [
+            {
+                "owner": row // share,
+                "key": (call, row % share),
+                "tokens": _tokens(local[row % share]) if row // share == me else 0,  # own rows only
+                "span_signals": signals[row] if signals is not None else None,
+            }
+            for row in range(len(rows))
+        ]
+        return refs, rewards_per_func
 
     def _take_extra_logs(self, num_rows: int) -> list[dict]:
         """The ``log_extra`` columns the reward functions just logged for this rank's rows, one dict per row; TRL's
@@ -294,6 +347,13 @@ class DynamicSamplingMixin(GRPOTrainer):
         ]
         pending.clear()
         return rows
+
+    def _release(self, refs: list[dict]) -> None:
+        """Forget the data of rows that will not be trained (this rank's share): nothing but chosen rows is kept."""
+        me = self.accelerator.process_index
+        for ref in refs:
+            if ref["owner"] == me:
+                self._row_store.pop(ref["key"], None)
 
     def _aligned(self, rows: list[dict]) -> tuple[list[dict], int]:
         """Pad a global row list with copies of its last row so that it splits evenly over the ranks."""
@@ -330,6 +390,7 @@ class DynamicSamplingMixin(GRPOTrainer):
             self._candidate(records[g * k : (g + 1) * k], prompt, rewards_per_func[g * k : (g + 1) * k], decision, g)
             for g, prompt in enumerate(prompts)
         ]
+        self._release(records[n:])
         return groups, {"discarded": sum(_tokens(r) for r in records[n:]), "probe": 0, "continuation": 0, "surplus": 0}
 
     def _group_sizes(self, probe_means: list[float], rows_missing: int) -> list[int]:
@@ -366,24 +427,26 @@ class DynamicSamplingMixin(GRPOTrainer):
             if j not in size_of and j not in surplus
         ]
         stats["discarded"] += sum(_tokens(r) for j in surplus for r in records[probe_rows[j]])
+        self._release(records[n:] + [r for j in surplus for r in records[probe_rows[j]]])
         stats["surplus"] = len(surplus)
         stats["continuation"] = 0
-        # Continuations, one generation call per distinct number of extra answers (each prompt repeated exactly
-        # num_generations times, as TRL's backends expect).
-        extra_records: dict[int, list] = {}
-        extra_rewards: dict[int, torch.Tensor] = {}
-        for j in size_of:  # a group of exactly the probe needs no continuation
-            extra_records[j], extra_rewards[j] = [], rewards_per_func[:0]
-        for rest in sorted({size - probe for size in size_of.values()} - {0}):
-            bucket = [j for j in size_of if size_of[j] - probe == rest]
-            more, _ = self._aligned([prompts[j] for j in bucket for _ in range(rest)])
-            more_records, more_rewards = self._generate_rows(more, rest)
-            m = len(bucket) * rest
+        # Continuations: one generation call for every group size, one answer per row (each prompt's rows in a row).
+        extra_records: dict[int, list] = {j: [] for j in size_of}
+        extra_rewards: dict[int, torch.Tensor] = {j: rewards_per_func[:0] for j in size_of}
+        bucket = [j for j in sorted(size_of) if size_of[j] > probe]  # a group of exactly the probe needs none
+        if bucket:
+            more, _ = self._aligned([prompts[j] for j in bucket for _ in range(size_of[j] - probe)])
+            more_records, more_rewards = self._generate_rows(more, 1)
+            m = sum(size_of[j] - probe for j in bucket)
             stats["continuation"] += sum(_tokens(r) for r in more_records)
             stats["discarded"] += sum(_tokens(r) for r in more_records[m:])
-            for c, j in enumerate(bucket):
-                extra_records[j] = more_records[c * rest : (c + 1) * rest]
-                extra_rewards[j] = more_rewards[c * rest : (c + 1) * rest]
+            self._release(more_records[m:])
+            start = 0
+            for j in bucket:
+                rest = size_of[j] - probe
+                extra_records[j] = more_records[start : start + rest]
+                extra_rewards[j] = more_rewards[start : start + rest]
+                start += rest
         continued = sorted(size_of)
         if continued:
             full_rewards = [torch.cat([rewards_per_func[probe_rows[j]], extra_rewards[j]]) for j in continued]
@@ -402,7 +465,9 @@ class DynamicSamplingMixin(GRPOTrainer):
         local_rows = len(inputs)
         total_rows = local_rows * ranks  # one generation batch
         needed = total_rows // k  # groups of K in one generation batch
-        prompts = gather_object(list(inputs))[::k]  # TRL's batch: each prompt k times in a row
+        # TRL's batch holds each prompt k times in a row: gather each group's first row only
+        first_rows = [x for i, x in enumerate(inputs) if (rank * local_rows + i) % k == 0]
+        prompts = [x for part in gather_object([first_rows]) for x in part]
         readmitted = self._readmit(needed)
         prompts = prompts + [self.train_dataset[i] for i in readmitted]
         candidates: list[dict] = []
@@ -417,6 +482,9 @@ class DynamicSamplingMixin(GRPOTrainer):
                 groups, stats = self._full_round(prompts)
             for key, value in stats.items():
                 totals[key] += value
+            for group in groups:
+                if not group["keep"]:
+                    self._release(group["records"])
             candidates.extend(groups)
             filled = min(sum(len(c["records"]) for c in candidates if c["keep"]), total_rows)
             if filled >= total_rows:
@@ -458,29 +526,70 @@ class DynamicSamplingMixin(GRPOTrainer):
         self._update_registry(candidates, selection, readmitted)
 
         chosen = [candidates[i] for i in selection.chosen]
-        # Padding: any generated rows; their completion mask is zeroed after TRL's pass and their rewards are NaN.
-        pool = [(r, x, w) for c in candidates for r, x, w in zip(c["records"], c["inputs"], c["rewards"], strict=True)]
-        padding = [pool[i % len(pool)] for i in range(selection.padding_rows)]
-        all_records = [r for c in chosen for r in c["records"]] + [p[0] for p in padding]
-        all_inputs = [x for c in chosen for x in c["inputs"]] + [p[1] for p in padding]
+        for i, candidate in enumerate(candidates):  # kept groups beyond the batch (surplus)
+            if candidate["keep"] and i not in set(selection.chosen):
+                self._release(candidate["records"])
+        # Groups mostly generated on rank r first, so that most rows are trained where they were made and only the
+        # others move (once, to the rank that trains them). A stable sort: the same order on every rank.
+        chosen.sort(key=lambda c: Counter(r["owner"] for r in c["records"]).most_common(1)[0][0])
+        # Padding rows: zero-weight one-token rows (their completion mask is zeroed after TRL's pass, rewards NaN).
+        inputs_pool = [x for c in candidates for x in c["inputs"]]
+        all_refs = [r for c in chosen for r in c["records"]] + [{"pad": True}] * selection.padding_rows
+        all_inputs = [x for c in chosen for x in c["inputs"]] + [
+            inputs_pool[i % len(inputs_pool)] for i in range(selection.padding_rows)
+        ]
         rewards_rows = [c["rewards"] for c in chosen]
-        if padding:
-            rewards_rows.append(torch.stack([p[2] for p in padding]))
+        if selection.padding_rows:
+            width = candidates[0]["rewards"].size(1)
+            rewards_rows.append(candidates[0]["rewards"].new_full((selection.padding_rows, width), float("nan")))
         rewards_per_func = torch.cat(rewards_rows)
-        pad_rows_all = torch.zeros(len(all_records), dtype=torch.bool, device=rewards_per_func.device)
-        pad_rows_all[len(all_records) - selection.padding_rows :] = True
-        rewards_per_func = rewards_per_func.masked_fill(pad_rows_all.unsqueeze(1), float("nan"))
-        sizes = [len(c["records"]) for c in chosen] + ([selection.padding_rows] if padding else [])
+        pad_rows_all = torch.zeros(len(all_refs), dtype=torch.bool, device=rewards_per_func.device)
+        pad_rows_all[len(all_refs) - selection.padding_rows :] = True
+        sizes = [len(c["records"]) for c in chosen] + ([selection.padding_rows] if selection.padding_rows else [])
         self._batch_group_ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
         self._batch_pad_rows = pad_rows_all
         mine = slice(rank * local_rows, (rank + 1) * local_rows)
+        my_records = self._assemble(all_refs, local_rows)
         replay = _Replay(
-            _generation_from_records(all_records[mine]),
+            _generation_from_records(my_records),
             rewards_per_func,
-            [r.get("span_signals") for r in all_records],
-            [r.get("extra_log", {}) for r in all_records[mine]],
+            [r.get("span_signals") for r in all_refs],
+            [r.get("extra_log", {}) for r in my_records],
         )
         return all_inputs[mine], replay, pad_rows_all[mine], bool(selection.padding_rows)
+
+    def _assemble(self, refs: list[dict], local_rows: int) -> list[dict]:
+        """This rank's rows of the final batch (positions ``rank × local_rows ...``): its own rows from its store, the
+        others' from one exchange that carries only the rows changing rank; padding rows are built here."""
+        me, ranks = self.accelerator.process_index, self.accelerator.num_processes
+        outgoing = [
+            (position, self._row_store[ref["key"]])
+            for position, ref in enumerate(refs)
+            if not ref.get("pad") and ref["owner"] == me and position // local_rows != me
+        ]
+        arriving = {}
+        if ranks > 1:
+            for part in gather_object([outgoing]):
+                for position, record in part:
+                    if position // local_rows == me:
+                        arriving[position] = record
+        records = []
+        template = None
+        for position in range(me * local_rows, (me + 1) * local_rows):
+            ref = refs[position]
+            if ref.get("pad"):
+                records.append(None)
+                continue
+            record = self._row_store[ref["key"]] if ref["owner"] == me else arriving[position]
+            template = template or record
+            records.append(record)
+        if template is None:  # every row of this rank is padding: any row of this batch will do as a template
+            template = next(iter(self._row_store.values()), None) or next(iter(arriving.values()), None)
+        if template is None:
+            template = self._pad_template
+        records = [record if record is not None else _padding_record(template) for record in records]
+        self._row_store.clear()
+        return records
 
     def _readmit(self, needed: int) -> list[int]:
         """Every ``recheck_filtered_every`` steps, re-admit prompts filtered at least that many steps ago (at most
@@ -517,6 +626,11 @@ class DynamicSamplingMixin(GRPOTrainer):
         discarded = totals["discarded"] + sum(
             _tokens(r) for i, c in enumerate(candidates) if i not in chosen for r in c["records"]
         )
+        # this rank's shares (own rows only): one all-reduce per batch
+        shares = torch.tensor([discarded, totals["probe"], totals["continuation"]], dtype=torch.float64)
+        discarded, probe_tokens, continuation_tokens = (
+            int(v) for v in self.accelerator.reduce(shares.to(self.accelerator.device), reduction="sum").tolist()
+        )
         n = max(len(candidates), 1)
         generated = torch.cat([self._combined_rewards(c["rewards"]) for c in candidates]) if candidates else None
         if generated is not None and bool((~torch.isnan(generated)).any()):
@@ -531,8 +645,8 @@ class DynamicSamplingMixin(GRPOTrainer):
         metrics["sampling/surplus_groups"].append(surplus)
         metrics["tokens/discarded"].append(discarded)
         if self.args.probe_generations:
-            metrics["tokens/probe"].append(totals["probe"])
-            metrics["tokens/continuation"].append(totals["continuation"])
+            metrics["tokens/probe"].append(probe_tokens)
+            metrics["tokens/continuation"].append(continuation_tokens)
             probe = self.args.probe_generations
             rates = [r for r in self._probe_rates if not math.isnan(r)]
             for v in range(probe + 1):  # histogram of probe pass rates, binned at multiples of 1/probe
