@@ -357,23 +357,11 @@ class LooGspoTrainer(
         if not self.args.uses_own_loss:
             return self._trl_loss(model, inputs)
         mode = "train" if self.model.training else "eval"
-        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         mask = loss_mask(inputs)
-        per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
-            model,
-            input_ids,
-            attention_mask,
-            completion_ids.size(1),
-            compute_entropy=True,
-            compute_aux_loss=self.aux_loss_enabled,
-            **{key: inputs.get(key) for key in _FORWARD_KEYS},
-        )
+        per_token_logps, entropies, aux_loss = self._policy_logps(model, inputs)
         old_per_token_logps = inputs.get("old_per_token_logps")
         if old_per_token_logps is None:  # on-policy: TRL skips the extra forward pass
             old_per_token_logps = per_token_logps.detach()
-
         advantages = inputs["advantages"]
         if advantages.dim() != 1:
             raise ValueError(f"LooGspoTrainer expects advantages of shape (B,), got {tuple(advantages.shape)}")
@@ -384,9 +372,6 @@ class LooGspoTrainer(
         s = torch.exp(log_s)
         # §3.2 response-level clipped loss on s_i (after the optional §5.1 guard)
         losses = core.response_loss(s, advantages, self.epsilon_low, self.epsilon_high)
-
-        lengths = mask.sum(-1)
-        fmask = mask.to(per_token_logps.dtype)
         extra = None  # per-token process term ℓ_i,t − ℓ_i; 0 wherever Â_i,t = Â_i
         process_advantages = inputs.get("process_advantages")
         # A micro-batch without any process advantage (α = 0, or a constant signal) takes the outcome-only path:
@@ -396,17 +381,39 @@ class LooGspoTrainer(
             # §6 response-level ratio with per-token advantages Â_i,t = Â_i + α Â^proc_i,t
             token_losses = core.token_response_loss(s, token_advantages, self.epsilon_low, self.epsilon_high)
             extra = token_losses - losses.unsqueeze(1)
-        weights = (
-            inputs["importance_sampling_ratio"] if self.use_vllm and self.vllm_importance_sampling_correction else None
-        )
+        vllm_weights = self.use_vllm and self.vllm_importance_sampling_correction
+        weights = inputs["importance_sampling_ratio"] if vllm_weights else None
         per_token_kl = None
         if self.beta != 0.0:
             per_token_kl = core.k3_kl(per_token_logps, inputs["ref_per_token_logps"])
             if self.args.use_bias_correction_kl:
                 per_token_kl = per_token_kl * s.unsqueeze(1)
         terms = None if per_token_kl is None else self.beta * per_token_kl
-        rows = core.row_losses(losses, mask, extra, weights, terms)
+        loss = self._aggregate(core.row_losses(losses, mask, extra, weights, terms), mask, mode)
+        if self.aux_loss_enabled:
+            normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather(aux_loss.detach()).mean().item())
+        fmask = mask.to(per_token_logps.dtype)
+        self._accumulate_stats(mode, s, advantages, mask.sum(-1), fmask, entropies, per_token_kl, guard)
+        return loss
 
+    def _policy_logps(self, model, inputs):
+        """Per-token log-probs, entropies and the MoE aux loss of the completions (TRL's forward helper)."""
+        completion_ids = inputs["completion_ids"]
+        return self._get_per_token_logps_and_entropies(
+            model,
+            torch.cat([inputs["prompt_ids"], completion_ids], dim=1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
+            completion_ids.size(1),
+            compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
+            **{key: inputs.get(key) for key in _FORWARD_KEYS},
+        )
+
+    def _aggregate(self, rows: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
+        """This rank's share of the loss over the global denominator of the optimizer step (eval: of the batch)."""
+        lengths = mask.sum(-1)
         if mode == "train":
             denominator = self._accounting.denominator
         else:
@@ -417,17 +424,8 @@ class LooGspoTrainer(
         scale = self.accelerator.num_processes
         if self.args.loss_aggregation == "token_total":
             # §3.3 this rank's share of Σ T_i ℓ_i / (global token count of the optimizer step)
-            loss = core.token_total_aggregate(rows, lengths, denominator) * scale
-        else:
-            loss = core.sequence_mean_aggregate(rows, lengths, denominator) * scale
-
-        if self.aux_loss_enabled:
-            normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-            loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
-            self._metrics[mode]["aux_loss"].append(self.accelerator.gather(aux_loss.detach()).mean().item())
-
-        self._accumulate_stats(mode, s, advantages, lengths, fmask, entropies, per_token_kl, guard)
-        return loss
+            return core.token_total_aggregate(rows, lengths, denominator) * scale
+        return core.sequence_mean_aggregate(rows, lengths, denominator) * scale
 
     def _trl_loss(self, model, inputs):
         """TRL computes the loss (``super()._compute_loss``); with entropy feedback, the step's token entropy sums
