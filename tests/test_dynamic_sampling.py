@@ -142,22 +142,30 @@ def test_without_dynamic_sampling_degenerate_groups_reach_the_loss_with_zero_wei
 
 
 def test_probe_never_generates_the_continuation_for_filtered_prompts(tmp_path):
+    """Each round is ONE generation call: the previous round's passing probes' continuations (one row per answer)
+    plus the new prompts' probes. Continuations go only to prompts whose probe was mixed."""
     trainer, _ = make(tmp_path, max_steps=3, probe_generations=3)
-    calls = []
-    rollout = trainer.rollout_func
+    calls, continued, probed = [], [], []
+    rollout, probe_round = trainer.rollout_func, trainer._probe_round
 
     def spy(prompts, trainer_):
-        phase = "probe" if trainer_.answers_per_prompt == 3 else "continuation"  # the round's layout
         assert trainer_.num_generations == 4  # never changed to steer the backend
-        calls.extend((phase, prompt) for prompt in prompts)
+        calls.append(trainer_.answers_per_prompt)
         return rollout(prompts, trainer_)
 
-    trainer.rollout_func = spy
+    def spy_round(prompts, pending, rows_missing, final):
+        continued.extend(group["prompt"]["prompt"] for group in pending)
+        probed.extend(x["prompt"] for x in prompts)
+        return probe_round(prompts, pending, rows_missing, final)
+
+    trainer.rollout_func, trainer._probe_round = spy, spy_round
     kinds = {row["prompt"]: row["kind"] for row in trainer.train_dataset}
     trainer.train()
-    continued = [prompt for phase, prompt in calls if phase == "continuation"]
+    rounds = sum(h["sampling/rounds"] for h in trainer.state.log_history if "sampling/rounds" in h)
+    assert len(calls) == rounds  # one generation call per round
+    assert set(calls) == {3, 1}  # probe-only calls (3 per prompt) and mixed calls (one row per answer)
     assert continued and all(kinds[p] == "mixed" for p in continued)  # never for always/never-right prompts
-    assert {p for phase, p in calls if phase == "probe" and kinds[p] != "mixed"}  # those were probed
+    assert {p for p in probed if kinds[p] != "mixed"}  # those were probed
     for batch in trainer.batches:
         assert (group_spreads(batch["rewards"]) > 0).all()  # full groups (probe + continuation) with a signal
     log = trainer.state.log_history[0]

@@ -401,62 +401,92 @@ class DynamicSamplingMixin(GRPOTrainer):
         fits = rows_missing // k
         return [k if j < fits else 0 for j in range(len(probe_means))]
 
-    def _probe_round(self, prompts: list[dict], rows_missing: int) -> tuple[list[dict], dict]:
-        """Two-stage sampling (SPEC §3.1 variant): ``probe_generations`` answers per prompt first; only prompts whose
-        probe pass rate lies strictly inside ``probe_pass_rate_band`` get the rest of their group, and the probe
-        answers stay members of it. Only as many prompts are continued as the batch still has rows for; the others'
-        probes are discarded (surplus). With ``adaptive_group_size`` the group sizes vary per prompt."""
+    def _probe_round(
+        self, prompts: list[dict], pending: list[dict], rows_missing: int, final: bool
+    ) -> tuple[list[dict], dict, list[dict]]:
+        """Two-stage sampling (SPEC §3.1 variant) in ONE generation call per round: the call carries the
+        continuations of the previous round's passing probes (one row per answer) and ``probe_generations`` answers
+        for each new prompt. Only prompts whose probe pass rate lies strictly inside ``probe_pass_rate_band`` get
+        the rest of their group — in the next round's call — and the probe answers stay members of it. Only as many
+        prompts are continued as the batch still has rows for; the others' probes are discarded (surplus). With
+        ``adaptive_group_size`` the group sizes vary per prompt. On the ``final`` round no continuation can follow,
+        so only groups of exactly the probe size are taken. Returns the decided groups, token stats and the new
+        pending groups."""
         args = self.args
         probe = args.probe_generations
-        rows, _ = self._aligned([p for p in prompts for _ in range(probe)])
-        records, rewards_per_func = self._generate_rows(rows, probe)
-        n = len(prompts) * probe
-        stats = {"discarded": sum(_tokens(r) for r in records[n:]), "probe": sum(_tokens(r) for r in records)}
-        decision = self._decide(
-            rewards_per_func[:n], [probe] * len(prompts), "pass_rate_band", args.probe_pass_rate_band
-        )
+        continuation = [p["prompt"] for p in pending for _ in range(p["size"] - probe)]
+        rows, _ = self._aligned(continuation + [x for x in prompts for _ in range(probe)])
+        records, rewards_per_func = self._generate_rows(rows, 1 if continuation else probe)
+        c, n = len(continuation), len(continuation) + len(prompts) * probe
+        stats = {
+            "discarded": sum(_tokens(r) for r in records[n:]),
+            "probe": sum(_tokens(r) for r in records[c:n]),
+            "continuation": sum(_tokens(r) for r in records[:c]),
+            "surplus": 0,
+        }
+        self._release(records[n:])
+        groups: list[dict] = []
+        if pending:  # the previous round's passing probes, completed by this call
+            start, full_records, full_rewards = 0, [], []
+            for group in pending:
+                rest = group["size"] - probe
+                full_records.append(group["records"] + records[start : start + rest])
+                full_rewards.append(torch.cat([group["rewards"], rewards_per_func[start : start + rest]]))
+                start += rest
+            full = self._decide(
+                torch.cat(full_rewards), [g["size"] for g in pending], args.group_filter, args.pass_rate_band
+            )
+            for g, group in enumerate(pending):
+                groups.append(self._candidate(full_records[g], group["prompt"], full_rewards[g], full, g))
+                if full.keep[g]:
+                    rows_missing -= group["size"]
+        if not prompts:
+            return groups, stats, []
+        probe_rewards = rewards_per_func[c:n]
+        decision = self._decide(probe_rewards, [probe] * len(prompts), "pass_rate_band", args.probe_pass_rate_band)
         self._probe_rates.extend(decision.mean.tolist())
         passing = [j for j in range(len(prompts)) if decision.keep[j]]
-        sizes = self._group_sizes([float(decision.mean[j]) for j in passing], rows_missing)
+        sizes = self._group_sizes([float(decision.mean[j]) for j in passing], max(rows_missing, 0))
+        if final:  # no later call can continue a probe
+            sizes = [size if size == probe else 0 for size in sizes]
         size_of = {j: size for j, size in zip(passing, sizes, strict=True) if size > 0}
         surplus = [j for j in passing if j not in size_of]
-        probe_rows = {j: slice(j * probe, (j + 1) * probe) for j in range(len(prompts))}
-        groups = [
-            self._candidate(records[probe_rows[j]], prompts[j], rewards_per_func[probe_rows[j]], decision, j)
-            for j in range(len(prompts))
-            if j not in size_of and j not in surplus
-        ]
-        stats["discarded"] += sum(_tokens(r) for j in surplus for r in records[probe_rows[j]])
-        self._release(records[n:] + [r for j in surplus for r in records[probe_rows[j]]])
+
+        def rows_of(j: int) -> slice:
+            return slice(c + j * probe, c + (j + 1) * probe)
+
+        for j in range(len(prompts)):
+            if j not in size_of and j not in surplus:  # the probe filtered it
+                groups.append(
+                    self._candidate(
+                        records[rows_of(j)], prompts[j], probe_rewards[j * probe : (j + 1) * probe], decision, j
+                    )
+                )
+        stats["discarded"] += sum(_tokens(r) for j in surplus for r in records[rows_of(j)])
+        self._release([r for j in surplus for r in records[rows_of(j)]])
         stats["surplus"] = len(surplus)
-        stats["continuation"] = 0
-        # Continuations: one generation call for every group size, one answer per row (each prompt's rows in a row).
-        extra_records: dict[int, list] = {j: [] for j in size_of}
-        extra_rewards: dict[int, torch.Tensor] = {j: rewards_per_func[:0] for j in size_of}
-        bucket = [j for j in sorted(size_of) if size_of[j] > probe]  # a group of exactly the probe needs none
-        if bucket:
-            more, _ = self._aligned([prompts[j] for j in bucket for _ in range(size_of[j] - probe)])
-            more_records, more_rewards = self._generate_rows(more, 1)
-            m = sum(size_of[j] - probe for j in bucket)
-            stats["continuation"] += sum(_tokens(r) for r in more_records)
-            stats["discarded"] += sum(_tokens(r) for r in more_records[m:])
-            self._release(more_records[m:])
-            start = 0
-            for j in bucket:
-                rest = size_of[j] - probe
-                extra_records[j] = more_records[start : start + rest]
-                extra_rewards[j] = more_rewards[start : start + rest]
-                start += rest
-        continued = sorted(size_of)
-        if continued:
-            full_rewards = [torch.cat([rewards_per_func[probe_rows[j]], extra_rewards[j]]) for j in continued]
-            full = self._decide(
-                torch.cat(full_rewards), [size_of[j] for j in continued], args.group_filter, args.pass_rate_band
+        complete = [j for j in sorted(size_of) if size_of[j] == probe]  # a group of exactly the probe is done
+        if complete:
+            whole = self._decide(
+                torch.cat([probe_rewards[j * probe : (j + 1) * probe] for j in complete]),
+                [probe] * len(complete),
+                args.group_filter,
+                args.pass_rate_band,
             )
-            for c, j in enumerate(continued):
-                records_j = records[probe_rows[j]] + extra_records[j]
-                groups.append(self._candidate(records_j, prompts[j], full_rewards[c], full, c))
-        return groups, stats
+            for g, j in enumerate(complete):
+                rewards_j = probe_rewards[j * probe : (j + 1) * probe]
+                groups.append(self._candidate(records[rows_of(j)], prompts[j], rewards_j, whole, g))
+        new_pending = [
+            {
+                "prompt": prompts[j],
+                "records": records[rows_of(j)],
+                "rewards": probe_rewards[j * probe : (j + 1) * probe],
+                "size": size_of[j],
+            }
+            for j in sorted(size_of)
+            if size_of[j] > probe
+        ]
+        return groups, stats, new_pending
 
     def _sample_batch(self, inputs: list[dict]) -> tuple[list[dict], _Replay, torch.Tensor, bool]:
         args = self.args
@@ -474,10 +504,12 @@ class DynamicSamplingMixin(GRPOTrainer):
         totals = {"discarded": 0, "probe": 0, "continuation": 0, "surplus": 0}
         self._probe_rates: list[float] = []
         rounds, filled, exhausted = 0, 0, False
+        pending: list[dict] = []  # probe mode: passing probes whose continuation comes with the next call
         while True:
             rounds += 1
             if args.probe_generations:
-                groups, stats = self._probe_round(prompts, total_rows - filled)
+                final = rounds >= args.max_sampling_rounds
+                groups, stats, pending = self._probe_round(prompts, pending, total_rows - filled, final)
             else:
                 groups, stats = self._full_round(prompts)
             for key, value in stats.items():
@@ -487,21 +519,29 @@ class DynamicSamplingMixin(GRPOTrainer):
                     self._release(group["records"])
             candidates.extend(groups)
             filled = min(sum(len(c["records"]) for c in candidates if c["keep"]), total_rows)
-            if filled >= total_rows:
+            reserved = sum(group["size"] for group in pending)  # rows the next call completes
+            if filled >= total_rows and not pending:
                 break
-            if rounds >= args.max_sampling_rounds:
-                exhausted = True
-                break
-            if args.adaptive_group_size and not adaptive_round_can_fill(total_rows - filled, args.min_generations):
-                # fewer rows missing than the smallest group: pad them, do not probe in vain
-                exhausted = f"{total_rows - filled} missing rows < min_generations={args.min_generations}"
-                break
-            kept = sum(c["keep"] for c in candidates)
-            missing = math.ceil((total_rows - filled) / k)
-            per_prompt = args.probe_generations or k
-            count = refill_prompt_count(missing, kept / max(len(candidates), 1), ranks, per_prompt, needed)
-            drawn = self._refill.draw(count, exclude=set(self.filtered_registry))  # same on every rank
-            prompts = [self.train_dataset[i] for i in drawn]
+            if pending:  # the next call must carry their continuations; new probes only for rows still open
+                open_rows = total_rows - filled - reserved
+            else:
+                if rounds >= args.max_sampling_rounds:
+                    exhausted = True
+                    break
+                open_rows = total_rows - filled
+                if args.adaptive_group_size and not adaptive_round_can_fill(open_rows, args.min_generations):
+                    # fewer rows missing than the smallest group: pad them, do not probe in vain
+                    exhausted = f"{open_rows} missing rows < min_generations={args.min_generations}"
+                    break
+            prompts = []
+            can_probe = not (args.adaptive_group_size and not adaptive_round_can_fill(open_rows, args.min_generations))
+            if open_rows > 0 and can_probe:
+                kept = sum(c["keep"] for c in candidates)
+                missing = math.ceil(open_rows / k)
+                per_prompt = args.probe_generations or k
+                count = refill_prompt_count(missing, kept / max(len(candidates), 1), ranks, per_prompt, needed)
+                drawn = self._refill.draw(count, exclude=set(self.filtered_registry))  # same on every rank
+                prompts = [self.train_dataset[i] for i in drawn]
 
         selection = select_groups(
             [c["keep"] for c in candidates], [len(c["records"]) for c in candidates], total_rows, exhausted=exhausted
