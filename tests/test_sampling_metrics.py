@@ -110,3 +110,28 @@ def test_frac_reward_zero_std_with_adaptive_group_sizes(tmp_path):
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert all(h["sampling/padded_fraction"] == 0.0 for h in logs)
     assert all(h["frac_reward_zero_std"] == 0.0 for h in logs)  # every kept group carries a signal
+
+
+def test_padding_rows_get_no_forward_pass(tmp_path, monkeypatch):
+    """When the rounds run out, the zero-weight padding rows are left out of every forward pass of the step (the
+    loss's, and TRL's old-log-prob pass when it runs): only rows that can carry a gradient are computed."""
+    from trl import GRPOTrainer
+
+    forwarded = []
+    original = GRPOTrainer._get_per_token_logps_and_entropies
+
+    def counting(self, model, input_ids, *args, **kwargs):
+        forwarded.append(input_ids.size(0))
+        return original(self, model, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", counting)
+    trainer = make(tmp_path, max_sampling_rounds=1, max_steps=1, per_device_train_batch_size=16, num_iterations=2)
+    with pytest.warns(UserWarning, match="max_sampling_rounds"):
+        trainer.train()
+    log = next(h for h in trainer.state.log_history if "sampling/padded_fraction" in h)
+    assert 0.0 < log["sampling/padded_fraction"] < 1.0
+    real = int((trainer.batches[0]["completion_mask"].sum(-1) > 0).sum())
+    assert 0 < real < 16
+    # num_iterations=2: TRL's old-log-prob pass over the 16-row batch, then one loss pass per micro-batch (2 × 8)
+    assert forwarded[0] == real  # the old-log-prob pass: real rows only
+    assert sum(forwarded[1:]) == real and len(forwarded) == 3  # the loss passes: real rows only

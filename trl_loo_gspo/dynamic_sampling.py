@@ -267,6 +267,7 @@ class DynamicSamplingMixin(GRPOTrainer):
             return super()._generate_and_score_completions(inputs)
         final_inputs, replay, pad_rows, padded = self._sample_batch(inputs)
         self._replay = replay
+        self._skip_rows = pad_rows if padded else None  # no old/reference forward pass for padding rows
         self._pending_extra_logs.clear()  # TRL flushes these with the batch: the trained rows' own values
         for column in sorted({column for logged in replay.extra_logs for column in logged}):
             self._pending_extra_logs[column].extend(logged.get(column) for logged in replay.extra_logs)
@@ -274,7 +275,9 @@ class DynamicSamplingMixin(GRPOTrainer):
             output = super()._generate_and_score_completions(final_inputs)
         finally:
             self._replay = None
+            self._skip_rows = None
         if padded:  # the same on every rank
+            output["padding_rows"] = pad_rows.to(output["completion_mask"].device)  # split into micro-batches
             # zero-weight rows: no valid token, so they count in neither the numerator nor the denominator (ours,
             # and TRL's token-normalised losses through num_items_in_batch, which TRL counted before this mask)
             output["completion_mask"] = output["completion_mask"] * (~pad_rows).unsqueeze(1).to(
@@ -536,10 +539,11 @@ class DynamicSamplingMixin(GRPOTrainer):
             prompts = []
             can_probe = not (args.adaptive_group_size and not adaptive_round_can_fill(open_rows, args.min_generations))
             if open_rows > 0 and can_probe:
-                kept = sum(c["keep"] for c in candidates)
+                kept = sum(c["keep"] for c in candidates) + len(pending)  # pending groups passed their probe
+                keep_rate = kept / max(len(candidates) + len(pending), 1)
                 missing = math.ceil(open_rows / k)
                 per_prompt = args.probe_generations or k
-                count = refill_prompt_count(missing, kept / max(len(candidates), 1), ranks, per_prompt, needed)
+                count = refill_prompt_count(missing, keep_rate, ranks, per_prompt, needed)
                 drawn = self._refill.draw(count, exclude=set(self.filtered_registry))  # same on every rank
                 prompts = [self.train_dataset[i] for i in drawn]
 

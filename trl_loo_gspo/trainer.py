@@ -91,6 +91,7 @@ class LooGspoTrainer(
     _name = "LOO-GSPO"
     _paper: dict[str, str] = {}  # no single paper: the card lists the four sources (trl_loo_gspo.hub.SOURCES)
     _entropy_capture: list | None = None
+    _skip_rows: torch.Tensor | None = None  # rows of the current forward that are dynamic-sampling padding
     _last_rewards_per_func: torch.Tensor | None = None
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: LooGspoConfig | None = None, *rest, **kwargs):
@@ -347,15 +348,42 @@ class LooGspoTrainer(
                 self.load_run_state(saved)
 
     # ------------------------------------------------------------------ loss (§3.2, §3.3)
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        output = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
+    ):
+        skip = self._skip_rows
+        per_row = skip is not None and skip.numel() == input_ids.size(0) and bool(skip.any())
+        if per_row and not any(kwargs.get(key) is not None for key in _FORWARD_KEYS):
+            # Dynamic-sampling padding rows get no forward pass (their log-probs are 0 and masked out); one row is
+            # always kept so that the step still has a graph.
+            keep = ~skip.to(input_ids.device)
+            keep[int(keep.nonzero()[0]) if keep.any() else 0] = True
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+                model, input_ids[keep], attention_mask[keep], logits_to_keep, batch_size, **kwargs
+            )
+            full = logps.new_zeros(input_ids.size(0), logps.size(1))
+            full[keep] = logps
+            if entropies is not None:
+                full_entropies = entropies.new_zeros(input_ids.size(0), entropies.size(1))
+                full_entropies[keep] = entropies
+                entropies = full_entropies
+            output = (full, entropies, aux)
+        else:
+            output = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
+            )
         if self._entropy_capture is not None and output[1] is not None:  # TRL's loss: keep its entropies
             self._entropy_capture.append(output[1].detach())
         return output
 
     def _compute_loss(self, model, inputs):
-        if not self.args.uses_own_loss:
-            return self._trl_loss(model, inputs)
+        self._skip_rows = inputs.get("padding_rows")
+        try:
+            return self._trl_loss(model, inputs) if not self.args.uses_own_loss else self._own_loss(model, inputs)
+        finally:
+            self._skip_rows = None
+
+    def _own_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
         mask = loss_mask(inputs)
         per_token_logps, entropies, aux_loss = self._policy_logps(model, inputs)
