@@ -30,6 +30,7 @@ from .budget import RolloutTokenBudget
 from .config import LooGspoConfig
 from .dynamic_sampling import DynamicSamplingMixin, generated_per_effective, loss_mask
 from .entropy_feedback import EntropyFeedbackMixin
+from .forward import ForwardMixin
 from .loss_metrics import LossMetricsMixin
 from .objective import TRL_ADVANTAGES
 from .process_feedback import ProcessFeedbackMixin
@@ -38,20 +39,6 @@ from .reference_kl import ReferenceKLMixin
 from .reporting import RegistrationToTrackers, SummaryTable
 from .run_state import RunStateCallback, saved_run_state
 from .step_accounting import IDX, SUM_STATS, StepAccounting
-
-# Model-input keys TRL forwards to `_get_per_token_logps_and_entropies` (multimodal models).
-_FORWARD_KEYS = (
-    "pixel_values",
-    "image_grid_thw",
-    "num_images",
-    "pixel_attention_mask",
-    "spatial_shapes",
-    "num_tiles",
-    "image_sizes",
-    "token_type_ids",
-    "mm_token_type_ids",
-    "image_position_ids",
-)
 
 
 def _default_args(model: Any) -> LooGspoConfig:
@@ -63,6 +50,7 @@ def _default_args(model: Any) -> LooGspoConfig:
 
 
 class LooGspoTrainer(
+    ForwardMixin,
     LossMetricsMixin,
     PublishingMixin,
     ReferenceKLMixin,
@@ -90,8 +78,6 @@ class LooGspoTrainer(
     _tag_names = ["trl", "grpo", "trl-loo-gspo", "rlvr"]
     _name = "LOO-GSPO"
     _paper: dict[str, str] = {}  # no single paper: the card lists the four sources (trl_loo_gspo.hub.SOURCES)
-    _entropy_capture: list | None = None
-    _skip_rows: torch.Tensor | None = None  # rows of the current forward that are dynamic-sampling padding
     _last_rewards_per_func: torch.Tensor | None = None
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: LooGspoConfig | None = None, *rest, **kwargs):
@@ -348,34 +334,6 @@ class LooGspoTrainer(
                 self.load_run_state(saved)
 
     # ------------------------------------------------------------------ loss (§3.2, §3.3)
-    def _get_per_token_logps_and_entropies(
-        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
-    ):
-        skip = self._skip_rows
-        per_row = skip is not None and skip.numel() == input_ids.size(0) and bool(skip.any())
-        if per_row and not any(kwargs.get(key) is not None for key in _FORWARD_KEYS):
-            # Dynamic-sampling padding rows get no forward pass (their log-probs are 0 and masked out); one row is
-            # always kept so that the step still has a graph.
-            keep = ~skip.to(input_ids.device)
-            keep[int(keep.nonzero()[0]) if keep.any() else 0] = True
-            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
-                model, input_ids[keep], attention_mask[keep], logits_to_keep, batch_size, **kwargs
-            )
-            full = logps.new_zeros(input_ids.size(0), logps.size(1))
-            full[keep] = logps
-            if entropies is not None:
-                full_entropies = entropies.new_zeros(input_ids.size(0), entropies.size(1))
-                full_entropies[keep] = entropies
-                entropies = full_entropies
-            output = (full, entropies, aux)
-        else:
-            output = super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
-            )
-        if self._entropy_capture is not None and output[1] is not None:  # TRL's loss: keep its entropies
-            self._entropy_capture.append(output[1].detach())
-        return output
-
     def _compute_loss(self, model, inputs):
         self._skip_rows = inputs.get("padding_rows")
         try:
@@ -425,19 +383,6 @@ class LooGspoTrainer(
         fmask = mask.to(per_token_logps.dtype)
         self._accumulate_stats(mode, s, advantages, mask.sum(-1), fmask, entropies, per_token_kl, guard)
         return loss
-
-    def _policy_logps(self, model, inputs):
-        """Per-token log-probs, entropies and the MoE aux loss of the completions (TRL's forward helper)."""
-        completion_ids = inputs["completion_ids"]
-        return self._get_per_token_logps_and_entropies(
-            model,
-            torch.cat([inputs["prompt_ids"], completion_ids], dim=1),
-            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
-            completion_ids.size(1),
-            compute_entropy=True,
-            compute_aux_loss=self.aux_loss_enabled,
-            **{key: inputs.get(key) for key in _FORWARD_KEYS},
-        )
 
     def _aggregate(self, rows: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
         """This rank's share of the loss over the global denominator of the optimizer step (eval: of the batch)."""
