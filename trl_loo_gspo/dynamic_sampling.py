@@ -12,12 +12,10 @@ log-probabilities, importance weights and logging of the final batch only.
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from collections import Counter
 from contextlib import contextmanager
-from typing import Any
 
 import torch
 from accelerate.utils import gather_object
@@ -33,119 +31,20 @@ from .sampling import (
     refill_prompt_count,
     select_groups,
 )
-
-
-class _Replay:
-    """The final batch's answers and rewards, handed back to TRL instead of generating and scoring again."""
-
-    def __init__(
-        self,
-        generation: tuple,
-        rewards_per_func: torch.Tensor,
-        span_signals: list | None = None,
-        extra_logs: list[dict] | None = None,
-    ) -> None:
-        self.generation = generation
-        self.rewards_per_func = rewards_per_func
-        self.extra_logs = extra_logs or []  # this rank's rows: the columns reward functions gave `log_extra`
-        self.span_signals = span_signals  # §6 process feedback, per row of all ranks: spans and final score
-
-
-def _row_records(generation: tuple) -> list[dict]:
-    """Split the output of TRL's ``_generate`` into one picklable record per row."""
-    prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, _images, _tool_images = generation
-    records = []
-    for i in range(len(completion_ids)):
-        records.append(
-            {
-                "prompt_ids": list(prompt_ids[i]),
-                "completion_ids": list(completion_ids[i]),
-                "tool_mask": None if tool_mask is None else list(tool_mask[i]),
-                "completion": completions[i],
-                "logprobs": None if logprobs is None else list(logprobs[i]),
-                "extra": {k: v[i] for k, v in (extra_fields or {}).items() if isinstance(v, list)},
-                "extra_scalar": {k: v for k, v in (extra_fields or {}).items() if not isinstance(v, list)},
-            }
-        )
-    return records
-
-
-def _generation_from_records(records: list[dict]) -> tuple:
-    """Rebuild the tuple TRL's ``_generate`` returns from row records (the inverse of :func:`_row_records`)."""
-    has_tool_mask = any(r["tool_mask"] is not None for r in records)
-    has_logprobs = all(r["logprobs"] is not None for r in records)
-    extra: dict[str, Any] = {}
-    for key in records[0]["extra"] if records else []:
-        extra[key] = [r["extra"][key] for r in records]
-    for key, value in (records[0]["extra_scalar"] if records else {}).items():
-        extra[key] = value
-    return (
-        [r["prompt_ids"] for r in records],
-        [r["completion_ids"] for r in records],
-        [r["tool_mask"] if r["tool_mask"] is not None else [1] * len(r["completion_ids"]) for r in records]
-        if has_tool_mask
-        else None,
-        [r["completion"] for r in records],
-        [r["logprobs"] for r in records] if has_logprobs else None,
-        extra,
-        None,
-        [],
-    )
-
+from .sampling_rows import (
+    Replay,
+    generation_from_records,
+    loss_mask,
+    padding_record,
+    prompt_key,
+    row_records,
+    row_tokens,
+    with_extra_fields,
+)
 
 # TRL's per-batch generation metrics (GRPOTrainer._generate): logged for the trained batch only.
 _PER_BATCH_KEYS = ("num_tokens",)
 _PER_BATCH_PREFIX = "completions/"
-
-
-def _with_extra_fields(rows: list[dict], extra_fields: dict | None) -> list[dict]:
-    """Copies of ``rows`` with a rollout function's extra fields merged in, as TRL merges them into the reward
-    functions' inputs (a list gives one value per row, anything else is shared)."""
-    merged = [dict(row) for row in rows]
-    for i, row in enumerate(merged):
-        for key, values in (extra_fields or {}).items():
-            if not isinstance(values, list):
-                row[key] = values
-            elif i < len(values):
-                row[key] = values[i]
-    return merged
-
-
-def _prompt_key(prompt: Any) -> str:
-    """A content key for a prompt (plain text or a list of messages), to find its dataset index."""
-    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
-
-
-def _padding_record(template: dict) -> dict:
-    """A zero-weight padding row: the template's prompt with a one-token completion (it gets no valid token and a NaN
-    reward, and costs the batch's forward passes one position)."""
-    first = template["completion_ids"][:1]
-    return {
-        **template,
-        "completion_ids": list(first),
-        "tool_mask": None if template["tool_mask"] is None else [1],
-        "completion": "",
-        "logprobs": None if template["logprobs"] is None else list(template["logprobs"][:1]),
-        "extra": {key: value for key, value in template["extra"].items()},
-        "extra_log": {},
-        "span_signals": None,
-    }
-
-
-def loss_mask(inputs: dict[str, Any]) -> torch.Tensor:
-    """Valid generated tokens of a batch: completion mask times TRL's tool mask (tool outputs are not the policy's)."""
-    mask = inputs["completion_mask"]
-    if inputs.get("tool_mask") is not None:
-        mask = mask * inputs["tool_mask"]
-    return mask
-
-
-def _tokens(record: dict) -> int:
-    """Generated tokens of a row (tool output excluded); for a row reference, its count if this rank owns it, else 0
-    (sums of references are this rank's share, reduced once per batch in ``_log_sampling``)."""
-    if "tokens" in record:
-        return record["tokens"]
-    return sum(record["tool_mask"]) if record["tool_mask"] is not None else len(record["completion_ids"])
 
 
 class DynamicSamplingMixin(GRPOTrainer):
@@ -153,7 +52,7 @@ class DynamicSamplingMixin(GRPOTrainer):
 
     # Class-level defaults: TRL code (and TRL's own tests) may call the hooks below on a trainer whose
     # ``_init_sampling`` has not run yet (e.g. ``_generate`` straight after a partial construction).
-    _replay: _Replay | None = None
+    _replay: Replay | None = None
     _local_generated_tokens = 0
     _batch_group_ids: torch.Tensor | None = None
     _batch_pad_rows: torch.Tensor | None = None
@@ -162,7 +61,7 @@ class DynamicSamplingMixin(GRPOTrainer):
 
     def _init_sampling(self) -> None:
         args = self.args
-        self._replay: _Replay | None = None
+        self._replay: Replay | None = None
         self._local_generated_tokens = 0  # this rank's generated tokens since the last round's metrics
         self._batch_group_ids: torch.Tensor | None = None  # global per-row group ids of the assembled batch
         self._batch_pad_rows: torch.Tensor | None = None  # global per-row padding flags of the assembled batch
@@ -188,7 +87,7 @@ class DynamicSamplingMixin(GRPOTrainer):
         self._prompt_index: dict[str, int] = {}
         if args.recheck_filtered_every is not None:
             for index, prompt in enumerate(self.train_dataset["prompt"]):
-                self._prompt_index.setdefault(_prompt_key(prompt), index)
+                self._prompt_index.setdefault(prompt_key(prompt), index)
 
     # ------------------------------------------------------------------ TRL hooks (replay-aware)
     def _generate(self, prompts: list):
@@ -312,9 +211,9 @@ class DynamicSamplingMixin(GRPOTrainer):
         finally:
             self._round_layout = None
         rewards_per_func = self._calculate_rewards(
-            _with_extra_fields(mine, generation[5]), prompts, generation[3], generation[1]
+            with_extra_fields(mine, generation[5]), prompts, generation[3], generation[1]
         )
-        local = _row_records(generation)
+        local = row_records(generation)
         for record, logged in zip(local, self._take_extra_logs(len(local)), strict=True):
             record["extra_log"] = logged  # `log_extra` columns travel with their row
         # Decisions need the gathered rewards only (TRL gathered them). The rows stay on the rank that generated them
@@ -325,13 +224,13 @@ class DynamicSamplingMixin(GRPOTrainer):
         for i, record in enumerate(local):
             self._row_store[(call, i)] = record
         if local and self._pad_template is None:
-            self._pad_template = _padding_record(local[0])  # for a rank whose rows of a batch are all padding
+            self._pad_template = padding_record(local[0])  # for a rank whose rows of a batch are all padding
         signals = getattr(self, "_last_signals", None)  # set by the reward call when process feedback is on
         refs = [
             {
                 "owner": row // share,
                 "key": (call, row % share),
-                "tokens": _tokens(local[row % share]) if row // share == me else 0,  # own rows only
+                "tokens": row_tokens(local[row % share]) if row // share == me else 0,  # own rows only
                 "span_signals": signals[row] if signals is not None else None,
             }
             for row in range(len(rows))
@@ -394,7 +293,12 @@ class DynamicSamplingMixin(GRPOTrainer):
             for g, prompt in enumerate(prompts)
         ]
         self._release(records[n:])
-        return groups, {"discarded": sum(_tokens(r) for r in records[n:]), "probe": 0, "continuation": 0, "surplus": 0}
+        return groups, {
+            "discarded": sum(row_tokens(r) for r in records[n:]),
+            "probe": 0,
+            "continuation": 0,
+            "surplus": 0,
+        }
 
     def _group_sizes(self, probe_means: list[float], rows_missing: int) -> list[int]:
         """Full-group size of each prompt whose probe passed: K each for as many as fit, or adaptive sizes."""
@@ -422,9 +326,9 @@ class DynamicSamplingMixin(GRPOTrainer):
         records, rewards_per_func = self._generate_rows(rows, 1 if continuation else probe)
         c, n = len(continuation), len(continuation) + len(prompts) * probe
         stats = {
-            "discarded": sum(_tokens(r) for r in records[n:]),
-            "probe": sum(_tokens(r) for r in records[c:n]),
-            "continuation": sum(_tokens(r) for r in records[:c]),
+            "discarded": sum(row_tokens(r) for r in records[n:]),
+            "probe": sum(row_tokens(r) for r in records[c:n]),
+            "continuation": sum(row_tokens(r) for r in records[:c]),
             "surplus": 0,
         }
         self._release(records[n:])
@@ -465,7 +369,7 @@ class DynamicSamplingMixin(GRPOTrainer):
                         records[rows_of(j)], prompts[j], probe_rewards[j * probe : (j + 1) * probe], decision, j
                     )
                 )
-        stats["discarded"] += sum(_tokens(r) for j in surplus for r in records[rows_of(j)])
+        stats["discarded"] += sum(row_tokens(r) for j in surplus for r in records[rows_of(j)])
         self._release([r for j in surplus for r in records[rows_of(j)]])
         stats["surplus"] = len(surplus)
         complete = [j for j in sorted(size_of) if size_of[j] == probe]  # a group of exactly the probe is done
@@ -491,7 +395,7 @@ class DynamicSamplingMixin(GRPOTrainer):
         ]
         return groups, stats, new_pending
 
-    def _sample_batch(self, inputs: list[dict]) -> tuple[list[dict], _Replay, torch.Tensor, bool]:
+    def _sample_batch(self, inputs: list[dict]) -> tuple[list[dict], Replay, torch.Tensor, bool]:
         args = self.args
         k = self.num_generations
         ranks, rank = self.accelerator.num_processes, self.accelerator.process_index
@@ -594,8 +498,8 @@ class DynamicSamplingMixin(GRPOTrainer):
         self._batch_pad_rows = pad_rows_all
         mine = slice(rank * local_rows, (rank + 1) * local_rows)
         my_records = self._assemble(all_refs, local_rows)
-        replay = _Replay(
-            _generation_from_records(my_records),
+        replay = Replay(
+            generation_from_records(my_records),
             rewards_per_func,
             [r.get("span_signals") for r in all_refs],
             [r.get("extra_log", {}) for r in my_records],
@@ -631,7 +535,7 @@ class DynamicSamplingMixin(GRPOTrainer):
             template = next(iter(self._row_store.values()), None) or next(iter(arriving.values()), None)
         if template is None:
             template = self._pad_template
-        records = [record if record is not None else _padding_record(template) for record in records]
+        records = [record if record is not None else padding_record(template) for record in records]
         self._row_store.clear()
         return records
 
@@ -650,7 +554,7 @@ class DynamicSamplingMixin(GRPOTrainer):
         step = self.state.global_step
         passed = 0
         for candidate in candidates:
-            index = self._prompt_index.get(_prompt_key(candidate["inputs"][0]["prompt"]))
+            index = self._prompt_index.get(prompt_key(candidate["inputs"][0]["prompt"]))
             if index is None:
                 continue
             if candidate["keep"]:
@@ -668,7 +572,7 @@ class DynamicSamplingMixin(GRPOTrainer):
         metrics = self._metrics["train"]
         chosen = set(selection.chosen)
         discarded = totals["discarded"] + sum(
-            _tokens(r) for i, c in enumerate(candidates) if i not in chosen for r in c["records"]
+            row_tokens(r) for i, c in enumerate(candidates) if i not in chosen for r in c["records"]
         )
         # this rank's shares (own rows only): one all-reduce per batch
         shares = torch.tensor([discarded, totals["probe"], totals["continuation"]], dtype=torch.float64)
@@ -701,8 +605,3 @@ class DynamicSamplingMixin(GRPOTrainer):
         counters["padded_rows"] += selection.padding_rows
         counters["surplus_groups"] += surplus
         counters["rounds"] += rounds
-
-
-def generated_per_effective(generated: int, effective: int) -> float:
-    """Generated tokens per effective training token (1.0 is the physical limit; inf when nothing was effective)."""
-    return generated / effective if effective else math.inf

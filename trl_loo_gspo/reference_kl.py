@@ -14,7 +14,7 @@ from accelerate.utils import DistributedType, is_peft_model
 from trl.trainer.utils import use_adapter
 
 from . import core
-from .dynamic_sampling import loss_mask
+from .sampling_rows import loss_mask
 
 
 class ReferenceKLMixin:

@@ -28,7 +28,7 @@ from trl import GRPOConfig, GRPOTrainer
 from . import core
 from .budget import RolloutTokenBudget
 from .config import LooGspoConfig
-from .dynamic_sampling import DynamicSamplingMixin, generated_per_effective, loss_mask
+from .dynamic_sampling import DynamicSamplingMixin
 from .entropy_feedback import EntropyFeedbackMixin
 from .forward import ForwardMixin
 from .loss_metrics import LossMetricsMixin
@@ -38,6 +38,7 @@ from .publishing import PublishingMixin
 from .reference_kl import ReferenceKLMixin
 from .reporting import RegistrationToTrackers, SummaryTable
 from .run_state import RunStateCallback, saved_run_state
+from .sampling_rows import generated_per_effective, loss_mask
 from .step_accounting import IDX, SUM_STATS, StepAccounting
 
 
