@@ -1,5 +1,6 @@
 """Re-point the line links of docs/method.md after code moved: each stale link is moved to the line that holds the
-same `# §` comment in the working tree (looked up from the committed version). Run from the repository root:
+same `# §` comment in the working tree (looked up in the code as it was at the last commit that changed
+docs/method.md, when the links were right). Run from the repository root:
 
     python tools/relink_method_doc.py && python -m pytest -q tests/test_docs.py
 """
@@ -16,13 +17,19 @@ LINK = re.compile(r"\[(?P<name>[\w.]+) L(?P<line>\d+)\]\(\.\./(?P<path>[\w/.]+\.
 def main() -> None:
     doc_path = Path("docs/method.md")
     doc = doc_path.read_text()
+    ref = (
+        subprocess.run(
+            ["git", "log", "-1", "--format=%H", "--", str(doc_path)], capture_output=True, text=True
+        ).stdout.strip()
+        or "HEAD"
+    )
 
     def fix(match: re.Match) -> str:
         path, line = match["path"], int(match["line"])
         current = Path(path).read_text().splitlines()
         if line <= len(current) and "# §" in current[line - 1]:
             return match.group(0)
-        committed = subprocess.run(["git", "show", f"HEAD:{path}"], capture_output=True, text=True).stdout
+        committed = subprocess.run(["git", "show", f"{ref}:{path}"], capture_output=True, text=True).stdout
         text = committed.splitlines()[line - 1].strip()
         found = [i + 1 for i, candidate in enumerate(current) if candidate.strip() == text]
         if len(found) != 1:
