@@ -58,10 +58,33 @@ class AblationPlan:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> AblationPlan:
-        data = yaml.safe_load(Path(path).read_text())
+        """Load and check the whole plan (every key, every run's config) before anything runs."""
+        from dataclasses import fields
+
+        from .ablation_check import config_field_names, structure_problems
+
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"ablation plan {path}: expected a mapping of plan keys, got {type(data).__name__}")
+        problems = structure_problems(data, [f.name for f in fields(cls)], config_field_names())
+        if problems:
+            raise ValueError(_problem_report(path, problems))
         plan = cls(**data)
         plan.validate()
+        plan.check_configs(path)
         return plan
+
+    def check_configs(self, source: str | Path = "plan") -> None:
+        """Build every run's config (baseline included) as its run would, without a model or a trainer; raise one
+        error listing every problem."""
+        from .ablation_check import config_problems
+
+        entries = [(self.baseline.get("name", "baseline"), self.baseline.get("config", {}), True)]
+        entries += [(v["name"], v.get("config", {}), False) for v in self.variants]
+        seed = self.seeds[0]
+        problems = config_problems(entries, lambda name, cfg, base, cpu: _run_args(self, name, cfg, base, seed, cpu))
+        if problems:
+            raise ValueError(_problem_report(source, problems))
 
     def validate(self) -> None:
         if self.task not in TASKS:
@@ -90,6 +113,44 @@ class AblationPlan:
         return [(name, cfg, base, seed) for seed in self.seeds for name, cfg, base in entries]
 
 
+def _problem_report(source: str | Path, problems: list[str]) -> str:
+    lines = "\n".join(f"  - {problem}" for problem in problems)
+    return f"ablation plan {source}: {len(problems)} problem(s), nothing was run:\n{lines}"
+
+
+def _run_args(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, on_cpu: bool = False):
+    """The training config of one run, as its run builds it (no model, no trainer); ``on_cpu``: with this CPU's
+    precision and device instead of the plan's (to check a GPU plan here)."""
+    cpu = ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"] if on_cpu else []
+    if plan.task == "recipe":
+        return recipe_args(plan, name, overrides, is_baseline and plan.stock_baseline, seed, extra_flags=cpu)[1]
+    return _demo_args(plan, name, overrides, is_baseline, seed, _demo_task(plan, seed)[0])
+
+
+def _demo_task(plan: AblationPlan, seed: int):
+    from .demo.multistep import MultiStepTask, MultiStepVerifier
+    from .demo.task import AdditionTask, AdditionVerifier
+
+    if plan.task == "demo-multistep":
+        return MultiStepTask(seed=seed), MultiStepVerifier(emit_spans=True)
+    return AdditionTask(seed=seed), AdditionVerifier()
+
+
+def _demo_args(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, task):
+    from .config import LooGspoConfig
+    from .demo.run import DemoConfig, _common_args
+
+    out = Path(plan.output_dir) / "runs" / name / f"seed{seed}"
+    settings = _common_args(DemoConfig(output_dir=str(out), seed=seed), out)
+    if plan.task == "demo-multistep":
+        settings["max_completion_length"] = task.max_new_tokens
+    settings.update(plan.common)
+    settings.update(overrides)
+    settings["register_experiment"] = False
+    stock = is_baseline and plan.stock_baseline
+    return LooGspoConfig.stock_trl(**settings) if stock else LooGspoConfig(**settings)
+
+
 def _run_path(plan: AblationPlan, name: str, seed: int) -> Path:
     return Path(plan.output_dir) / "runs" / name / f"seed{seed}.json"
 
@@ -106,29 +167,14 @@ def run_one(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, s
 def _build_demo_run(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int):
     """A built-in demo task: its warm-started policy (cached), its exact verifier (with span signals for the
     multi-step task, used only when a run sets ``process_advantage_coef``)."""
-    from .config import LooGspoConfig
-    from .demo.multistep import MultiStepTask, MultiStepVerifier
     from .demo.policy import PolicySpec, load_or_build_policy
-    from .demo.run import DemoConfig, _common_args
-    from .demo.task import AdditionTask, AdditionVerifier
     from .validation import ValidationCallback
 
-    if plan.task == "demo-multistep":
-        task, verifier = MultiStepTask(seed=seed), MultiStepVerifier(emit_spans=True)
-    else:
-        task, verifier = AdditionTask(seed=seed), AdditionVerifier()
+    task, verifier = _demo_task(plan, seed)
     spec = PolicySpec(task=task, seed=seed, **plan.policy)
     policy, tokenizer, policy_info = load_or_build_policy(spec, log=lambda _: None)
     train, validation = task.splits()
-    out = Path(plan.output_dir) / "runs" / name / f"seed{seed}"
-    settings = _common_args(DemoConfig(output_dir=str(out), seed=seed), out)
-    if plan.task == "demo-multistep":
-        settings["max_completion_length"] = task.max_new_tokens
-    settings.update(plan.common)
-    settings.update(overrides)
-    settings["register_experiment"] = False
-    stock = is_baseline and plan.stock_baseline
-    args = LooGspoConfig.stock_trl(**settings) if stock else LooGspoConfig(**settings)
+    args = _demo_args(plan, name, overrides, is_baseline, seed, task)
     trainer = _trainer_cls()(
         model=copy.deepcopy(policy),
         reward_funcs=[verifier],
@@ -153,7 +199,9 @@ def _trainer_cls():
 _OUR_DEFAULT_CHANGES = ("epsilon", "epsilon_high", "importance_sampling_level", "scale_rewards", "loss_type")
 
 
-def recipe_args(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int):
+def recipe_args(
+    plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, extra_flags: list[str] | None = None
+):
     """(script_args, training args, model_args) of one run of a recipe ablation.
 
     Variants: the recipe's ``LooGspoConfig`` plus ``common`` plus the variant's overrides. Stock baseline:
@@ -171,6 +219,7 @@ def recipe_args(plan: AblationPlan, name: str, overrides: dict, is_baseline: boo
     out = Path(plan.output_dir) / "runs" / name / f"seed{seed}"
     argv = ["--config", str(plan.recipe), *plan.recipe_overrides, "--output_dir", str(out), "--seed", str(seed)]
     argv += ["--eval_every_tokens", str(plan.eval_every_tokens), "--eval_samples", str(plan.eval_samples)]
+    argv += extra_flags or []
     script_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
     settings = {**plan.common, **overrides}
     settings.setdefault("max_steps", 10**9)  # the rollout-token budget stops training
@@ -292,6 +341,7 @@ def run_ablation(plan: AblationPlan, runner=run_one) -> list[dict]:
     """Run every missing (variant, seed), then write the CSV, the report and the plot. Resumable."""
     from rich.progress import BarColumn, Progress, TextColumn
 
+    plan.check_configs()  # every run's config, before the first one trains
     runs = plan.runs()
     records: list[dict] = []
     with Progress(
