@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import warnings
 
 import pytest
 import yaml
@@ -84,9 +85,17 @@ def _free_port() -> int:
 
 
 def _errors(stderr: str) -> str:
-    """The lines of a failed launch that say why (warnings fill the tail of stderr)."""
-    lines = [line for line in stderr.splitlines() if "Error" in line or "error" in line or "Traceback" in line]
-    return "\n".join(lines[-40:]) or stderr[-4000:]
+    """The lines of a failed launch that say why (warnings fill the tail of stderr), and the stderr's last lines
+    (a child that aborts, e.g. ``terminate called ...``, says why there)."""
+    keys = ("Error", "error", "Traceback", "terminate", "Abort", "abort", "what():")
+    lines = [line for line in stderr.splitlines() if any(key in line for key in keys)]
+    return "\n".join(lines[-40:] + ["--- stderr tail ---", stderr[-3000:]])
+
+
+def _aborted(result: subprocess.CompletedProcess) -> bool:
+    """A launch whose child was killed by SIGABRT before training (seen once in a full CI run, not reproduced in
+    isolation: a gloo rendezvous/thread start on a loaded 2-core machine)."""
+    return result.returncode != 0 and "Signal 6 (SIGABRT)" in result.stderr
 
 
 def _env() -> dict[str, str]:
@@ -128,6 +137,10 @@ def test_two_processes_through_accelerate_launch(tiny_model_dir, tmp_path, use_c
         "-m", "trl_loo_gspo", "train", *argv,
     ]  # fmt: skip
     result = subprocess.run(launch, capture_output=True, text=True, timeout=600, cwd=REPO, env=_env())
+    if use_cpu == "true" and _aborted(result) and not (out / "adapter_model.safetensors").exists():
+        warnings.warn(f"two-process launch aborted (SIGABRT); retrying once:\n{_errors(result.stderr)}", stacklevel=1)
+        launch[launch.index("--main_process_port") + 1] = str(_free_port())
+        result = subprocess.run(launch, capture_output=True, text=True, timeout=600, cwd=REPO, env=_env())
     if use_cpu == "false":  # two processes that would each train alone: refused with the fix, nothing trained
         assert result.returncode != 0 and "pass use_cpu=True" in result.stderr, result.stderr[-4000:]
         assert not (out / "adapter_model.safetensors").exists()
