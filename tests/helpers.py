@@ -242,3 +242,20 @@ def small_sandbox_limits(**overrides):
     )
     values.update(overrides)
     return SandboxLimits(**values)
+
+
+def run_recorded(trainer_cls, config_cls, tmp_path, **overrides):
+    """Train a recording trainer on the deterministic rollout and parity reward; returns it and the initial model."""
+    model, tokenizer = make_model_and_tokenizer()
+    model0 = copy.deepcopy(model)
+    args = config_cls(**base_kwargs(str(tmp_path), **overrides))
+    trainer = record_micro_batches(trainer_cls)(
+        model=model,
+        reward_funcs=[parity_reward],
+        args=args,
+        train_dataset=train_dataset(),
+        processing_class=tokenizer,
+        rollout_func=make_rollout(tokenizer, args.num_generations),
+    )
+    trainer.train()
+    return trainer, model0

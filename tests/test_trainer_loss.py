@@ -1,7 +1,5 @@
 """The trainer's loss and update against stock TRL and against the spec's hand formula, on a real tiny model."""
 
-import copy
-
 import pytest
 import torch
 from trl import GRPOConfig, GRPOTrainer
@@ -9,33 +7,16 @@ from trl import GRPOConfig, GRPOTrainer
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
 
 from .helpers import (
-    base_kwargs,
-    make_model_and_tokenizer,
-    make_rollout,
     param_delta,
     parity_reward,
-    record_micro_batches,
     reference_gradient,
-    train_dataset,
+    run_recorded,
 )
 
 pytestmark = pytest.mark.slow
 
 
-def run(trainer_cls, config_cls, tmp_path, **overrides):
-    model, tokenizer = make_model_and_tokenizer()
-    model0 = copy.deepcopy(model)
-    args = config_cls(**base_kwargs(str(tmp_path), **overrides))
-    trainer = record_micro_batches(trainer_cls)(
-        model=model,
-        reward_funcs=[parity_reward],
-        args=args,
-        train_dataset=train_dataset(),
-        processing_class=tokenizer,
-        rollout_func=make_rollout(tokenizer, args.num_generations),
-    )
-    trainer.train()
-    return trainer, model0
+run = run_recorded
 
 
 def assert_same_update(a, b, atol=1e-6):

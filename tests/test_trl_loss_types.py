@@ -1,7 +1,6 @@
 """A true drop-in: with a TRL loss type, LooGspoTrainer trains what stock GRPOTrainer trains (TRL's own code), and our
 additions (dynamic sampling, entropy feedback) work on top of it."""
 
-import copy
 import math
 
 import pytest
@@ -16,12 +15,9 @@ from .helpers import (
     controlled_reward,
     controlled_rollout,
     make_model_and_tokenizer,
-    make_rollout,
     param_delta,
-    parity_reward,
-    record_micro_batches,
     reference_gradient,
-    train_dataset,
+    run_recorded,
 )
 
 pytestmark = pytest.mark.slow
@@ -29,20 +25,7 @@ pytestmark = pytest.mark.slow
 TRL_LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
 
 
-def run(trainer_cls, config_cls, tmp_path, **overrides):
-    model, tokenizer = make_model_and_tokenizer()
-    model0 = copy.deepcopy(model)
-    args = config_cls(**base_kwargs(str(tmp_path), **overrides))
-    trainer = record_micro_batches(trainer_cls)(
-        model=model,
-        reward_funcs=[parity_reward],
-        args=args,
-        train_dataset=train_dataset(),
-        processing_class=tokenizer,
-        rollout_func=make_rollout(tokenizer, args.num_generations),
-    )
-    trainer.train()
-    return trainer, model0
+run = run_recorded
 
 
 def assert_same_run(ours, stock, model0):

@@ -86,7 +86,7 @@ def config_problems(
 def _device_error(error: Exception) -> bool:
     """transformers' refusal of a precision or device this machine does not have."""
     text = str(error)
-    return "bf16/gpu" in text or "fp16" in text and "device" in text
+    return "bf16/gpu" in text or ("fp16" in text and "device" in text)
 
 
 def config_field_names() -> list[str]:

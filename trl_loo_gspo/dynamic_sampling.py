@@ -224,7 +224,7 @@ class DynamicSamplingMixin(GRPOTrainer):
         for i, record in enumerate(local):
             self._row_store[(call, i)] = record
         if local and self._pad_template is None:
-            self._pad_template = padding_record(local[0])  # for a rank whose rows of a batch are all padding
+            self._pad_template = padding_record(local[0])  # every padding row of this rank
         signals = getattr(self, "_last_signals", None)  # set by the reward call when process feedback is on
         refs = [
             {
@@ -474,8 +474,9 @@ class DynamicSamplingMixin(GRPOTrainer):
         self._update_registry(candidates, selection, readmitted)
 
         chosen = [candidates[i] for i in selection.chosen]
+        chosen_set = set(selection.chosen)
         for i, candidate in enumerate(candidates):  # kept groups beyond the batch (surplus)
-            if candidate["keep"] and i not in set(selection.chosen):
+            if candidate["keep"] and i not in chosen_set:
                 self._release(candidate["records"])
         # Groups mostly generated on rank r first, so that most rows are trained where they were made and only the
         # others move (once, to the rank that trains them). A stable sort: the same order on every rank.
@@ -508,7 +509,7 @@ class DynamicSamplingMixin(GRPOTrainer):
 
     def _assemble(self, refs: list[dict], local_rows: int) -> list[dict]:
         """This rank's rows of the final batch (positions ``rank × local_rows ...``): its own rows from its store, the
-        others' from one exchange that carries only the rows changing rank; padding rows are built here."""
+        others' from one exchange that carries only the rows changing rank; padding rows are the one-token template."""
         me, ranks = self.accelerator.process_index, self.accelerator.num_processes
         outgoing = [
             (position, self._row_store[ref["key"]])
@@ -522,20 +523,12 @@ class DynamicSamplingMixin(GRPOTrainer):
                     if position // local_rows == me:
                         arriving[position] = record
         records = []
-        template = None
         for position in range(me * local_rows, (me + 1) * local_rows):
             ref = refs[position]
             if ref.get("pad"):
-                records.append(None)
-                continue
-            record = self._row_store[ref["key"]] if ref["owner"] == me else arriving[position]
-            template = template or record
-            records.append(record)
-        if template is None:  # every row of this rank is padding: any row of this batch will do as a template
-            template = next(iter(self._row_store.values()), None) or next(iter(arriving.values()), None)
-        if template is None:
-            template = self._pad_template
-        records = [record if record is not None else padding_record(template) for record in records]
+                records.append(self._pad_template)  # a one-token row of this rank's first generation
+            else:
+                records.append(self._row_store[ref["key"]] if ref["owner"] == me else arriving[position])
         self._row_store.clear()
         return records
 
