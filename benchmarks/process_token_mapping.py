@@ -1,4 +1,4 @@
-"""Cost of mapping span characters to tokens for process feedback (SPEC §6): exact prefix decoding (O(T²)) vs
+"""Cost of mapping span characters to tokens for process feedback (method §6): exact prefix decoding (O(T²)) vs
 ``tokenizers``' ``DecodeStream`` (linear; used whenever its text equals the full decode).
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/process_token_mapping.py``. Uses a local character tokenizer (nothing is

@@ -1,4 +1,4 @@
-"""Generated tokens per valid group and per effective training token, by sampling mode (SPEC §3.1, §5.2).
+"""Generated tokens per valid group and per effective training token, by sampling mode (method §3.1, §5.2).
 
 Runs the real ``LooGspoTrainer`` (its dynamic-sampling code path, not a re-implementation) on a tiny local model
 with a *simulated population of prompts*: prompt i has a pass rate p_i drawn from a Beta(a, a) distribution, and

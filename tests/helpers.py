@@ -115,7 +115,7 @@ def record_micro_batches(trainer_cls):
 
 
 def reference_gradient(trainer, model0, micro_batches, loss_aggregation: str = "token_total"):
-    """Gradient of the spec's L over the union of the given micro-batches (the whole optimizer step), by autograd.
+    """Gradient of L (method §3.3) over the union of the given micro-batches (the whole optimizer step), by autograd.
 
     Uses the hand formula L = Σ T_i ℓ_i / Σ T_i (or the answer mean) on a copy of the initial model, on-policy
     (old log-probs = current log-probs, detached), with the trainer's clip bounds.

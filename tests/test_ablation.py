@@ -76,7 +76,7 @@ def test_report_verdicts_and_paired_differences(tmp_path):
     dyn = next(line for line in text.splitlines() if line.startswith("| loo_dyn |"))
     assert "+0.050" in loo and "better" in loo  # identical +0.05 on every seed: a zero-width interval above 0
     assert "+0.000" in dyn and "no detectable difference" in dyn
-    assert "Caveats (SPEC §5.2)" in text and "effective" in text
+    assert "Caveats (method §5.2)" in text and "effective" in text
 
 
 def test_plan_validation(tmp_path):
@@ -184,6 +184,6 @@ def test_a_tiny_process_ablation_on_the_multistep_task(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "out" / "process_metrics.csv")))
     assert len(rows) == len(with_process["process_log"]) and rows[0]["name"] == "process"
     text = (tmp_path / "out" / "report.md").read_text()
-    assert "(LooGspoTrainer)" in text and "## Process signal vs final verification (SPEC §6)" in text
+    assert "(LooGspoTrainer)" in text and "## Process signal vs final verification (method §6)" in text
     with pytest.raises(ValueError, match="baseline.trainer"):
         plan_for(tmp_path, baseline={"name": "x", "trainer": "ppo", "config": {}})

@@ -1,4 +1,4 @@
-"""CodeVerifier span signals (SPEC §6): code block and per-function values, offsets, hack flags, score unchanged."""
+"""CodeVerifier span signals (method §6): code block and per-function values, offsets, hack flags, score unchanged."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CodeVerifier: scoring, extraction, and a hostile suite against the bubblewrap sandbox (SPEC §2.1)."""
+"""CodeVerifier: scoring, extraction, and a hostile suite against the bubblewrap sandbox (method §2.1)."""
 
 from __future__ import annotations
 

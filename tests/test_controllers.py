@@ -1,4 +1,4 @@
-"""The entropy controller on ε_high as a pure function (SPEC §5.1)."""
+"""The entropy controller on ε_high as a pure function (method §5.1)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""CoqVerifier span signals (SPEC §6): one ``tactic`` span per proof sentence, goal counts, hack flags.
+"""CoqVerifier span signals (method §6): one ``tactic`` span per proof sentence, goal counts, hack flags.
 
 Tests that run ``coqc`` are skipped (with the reason) where Coq is not installed and marked ``slow``; the parser and
 offset helpers are tested without Coq.

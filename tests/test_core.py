@@ -11,7 +11,7 @@ F64 = torch.float64
 
 
 def spec_example():
-    """SPEC §2.2 / §4: one prompt, four answers, scores [1,1,0,0], lengths [2,4,2,4], token ratios per answer."""
+    """method §2.2 / §4: one prompt, four answers, scores [1,1,0,0], lengths [2,4,2,4], token ratios per answer."""
     rewards = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=F64)
     group_ids = torch.zeros(4, dtype=torch.long)
     lengths = torch.tensor([2, 4, 2, 4])
@@ -114,7 +114,7 @@ def test_loo_keeps_reward_scale():
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=F64)
     ids = torch.zeros(4, dtype=torch.long)
     torch.testing.assert_close(core.loo_advantages(10 * rewards, ids), 10 * core.loo_advantages(rewards, ids))
-    # GRPO's std scaling removes the scale (the control the spec moves away from)
+    # GRPO's std scaling removes the scale (the control the method moves away from)
     torch.testing.assert_close(
         core.grpo_advantages(10 * rewards, ids), core.grpo_advantages(rewards, ids), atol=1e-3, rtol=1e-3
     )

@@ -103,7 +103,7 @@ def test_cap_pads_with_zero_weight_rows_and_loss_equals_the_valid_rows_alone(tmp
     assert log["sampling/padded_fraction"] == pad.view(-1, K)[:, 0].float().mean().item() > 0
     valid_tokens = batch["output"]["completion_mask"][~pad].sum().item()
     assert log["tokens/loss_denominator"] == valid_tokens
-    # the update is the gradient of the spec's L over the valid (non-padding) rows alone
+    # the update is the gradient of the L of method.md §3.3 over the valid (non-padding) rows alone
     valid_only = []
     for inputs, _, _ in trainer.recorded:
         keep = inputs["completion_mask"].sum(-1) > 0

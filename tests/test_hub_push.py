@@ -90,7 +90,7 @@ def test_push_uploads_adapter_tokenizer_card_and_record(tmp_path, fake_hub):
     history = next(cb.history for cb in trainer.callback_handler.callbacks if hasattr(cb, "history"))
     assert len(history) >= 2  # before training and at least one token checkpoint
     assert f"| {history[-1]['eval/pass_at_1']:.4f} | {history[-1]['eval/pass_rate']:.4f} |" in card
-    block = card.split("## Experiment registration (SPEC §2)")[1].split("```json\n")[1].split("\n```")[0]
+    block = card.split("## Experiment registration (method §2)")[1].split("```json\n")[1].split("\n```")[0]
     assert json.loads(block) == json.loads(files["experiment.json"])
     sources = card.split("## Sources")[1]
     assert all(text in sources for text in SOURCES) and "http" not in sources  # four sources, link-free

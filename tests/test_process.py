@@ -1,4 +1,4 @@
-"""Process feedback, pure parts (SPEC §6): span values, leave-one-out process advantages, token mapping, the
+"""Process feedback, pure parts (method §6): span values, leave-one-out process advantages, token mapping, the
 per-token loss and its gradient, the safeguards, and the multi-step task's spans and hack detectors."""
 
 from __future__ import annotations

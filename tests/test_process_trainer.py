@@ -1,4 +1,4 @@
-"""Process feedback in the real trainer (SPEC §6): α = 0 is bit-identical to the outcome-only run, a constant signal
+"""Process feedback in the real trainer (method §6): α = 0 is bit-identical to the outcome-only run, a constant signal
 leaves the update unchanged, the per-token advantages equal the hand computation (also under dynamic sampling), the
 update equals autograd of the per-token objective, and the safeguards are logged."""
 

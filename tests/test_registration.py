@@ -1,4 +1,4 @@
-"""Registration (SPEC §2): experiment.json before training, and refusal of overlapping train/validation splits."""
+"""Registration (method §2): experiment.json before training, and refusal of overlapping train/validation splits."""
 
 import json
 
@@ -106,4 +106,4 @@ def test_the_record_goes_into_the_model_card(tmp_path):
         else ""
     )
     card = card or (tmp_path / "README.md").read_text()
-    assert "Experiment registration (SPEC §2)" in card and '"weights_sha256"' in card
+    assert "Experiment registration (method §2)" in card and '"weights_sha256"' in card

@@ -1,4 +1,4 @@
-"""Pure decision functions of dynamic sampling (SPEC §3.1)."""
+"""Pure decision functions of dynamic sampling (method §3.1)."""
 
 import math
 

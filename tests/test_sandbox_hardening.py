@@ -1,5 +1,5 @@
 """Sandbox hardening: the seccomp filter (bytes and end to end), masked site-packages, capped writable paths, and
-per-instance sandbox uids (SPEC §2.1)."""
+per-instance sandbox uids (method §2.1)."""
 
 from __future__ import annotations
 

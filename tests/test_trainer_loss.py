@@ -1,4 +1,4 @@
-"""The trainer's loss and update against stock TRL and against the spec's hand formula, on a real tiny model."""
+"""The trainer's loss and update against stock TRL and against the hand formula (method §3.3), on a real tiny model."""
 
 import pytest
 import torch
@@ -76,7 +76,7 @@ def test_update_matches_hand_formula_for_any_s_and_ga(tmp_path, steps_per_genera
     grads, hand_loss = reference_gradient(ours, model0, first_step)
     lr = ours.args.learning_rate
     assert_same_update(param_delta(ours.model, model0), {k: -lr * g for k, g in grads.items()})
-    # the losses the Trainer accumulates for logging add up to the spec's L as well
+    # the losses the Trainer accumulates for logging add up to the L of method.md §3.3 as well
     logged = ours.state.log_history[0]["loss"]
     assert abs(logged - hand_loss.item()) < 1e-6
 

@@ -1,4 +1,4 @@
-"""Independent validation at rollout-token checkpoints (SPEC §5.2)."""
+"""Independent validation at rollout-token checkpoints (method §5.2)."""
 
 import pytest
 import torch

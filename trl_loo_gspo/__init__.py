@@ -1,5 +1,6 @@
 """trl-loo-gspo: a drop-in TRL ``GRPOTrainer`` for RLVR with leave-one-out advantages, GSPO response-level
-clipping and a global token-total loss denominator. See ``SPEC.md`` in the design notes and ``docs/method.md``."""
+clipping and a global token-total loss denominator. The method, and the
+§ numbers that comments, help texts and errors cite (``# §3.2``, "method §3.2"), are in ``docs/method.md``."""
 
 from ._compat import check_trl_version
 

@@ -1,4 +1,4 @@
-"""``trl-loo-gspo ablate CONFIG.yaml``: equal-budget ablations scored on an independent validation set (SPEC §5.2).
+"""``trl-loo-gspo ablate CONFIG.yaml``: equal-budget ablations scored on an independent validation set (method §5.2).
 
 The YAML names a baseline (a stock TRL ``GRPOTrainer`` configuration), variants (``LooGspoTrainer`` flag overrides),
 seeds, and one rollout-token budget for all. Every (variant, seed) run trains from the same warm-started policy,
@@ -307,7 +307,7 @@ def _train_to_budget(plan, trainer, validation_cb, verifier, name, overrides, is
     }
 
 
-#: Per-step process-feedback safeguards kept in each run record (SPEC §6), and written to process_metrics.csv.
+#: Per-step process-feedback safeguards kept in each run record (method §6), and written to process_metrics.csv.
 PROCESS_KEYS = (
     "process/corr_final/step",
     "process/positive_in_failed",
@@ -426,7 +426,7 @@ def report(plan: AblationPlan, records: list[dict]) -> str:
         )
     lines += [
         "",
-        "Caveats (SPEC §5.2): every run had the same budget of *generated* tokens, which does not mean the same "
+        "Caveats (method §5.2): every run had the same budget of *generated* tokens, which does not mean the same "
         "number of effective updates (filtering, clipping and zero-advantage groups change how many tokens move the "
         "policy: see the effective-token column); a gain that does not survive the equal-budget comparison, or comes "
         "only from more generation, reward hacking or evaluation-set filtering, does not count. With few seeds the "
@@ -437,7 +437,7 @@ def report(plan: AblationPlan, records: list[dict]) -> str:
 
 
 def process_section(records: list[dict]) -> list[str]:
-    """The SPEC §6 safeguards per variant (runs with process feedback only): how the span signal relates to the
+    """The method §6 safeguards per variant (runs with process feedback only): how the span signal relates to the
     final verification, and what the hack detectors flagged. Empty when no run logged process metrics."""
     by_name: dict[str, list[dict]] = {}
     for r in records:
@@ -452,7 +452,7 @@ def process_section(records: list[dict]) -> list[str]:
 
     lines = [
         "",
-        "## Process signal vs final verification (SPEC §6)",
+        "## Process signal vs final verification (method §6)",
         "",
         "Means over every logged training step of every seed. corr: point-biserial correlation between an answer's "
         "mean step signal and its final verification; positive in failed: fraction of the spans of finally failing "

@@ -1,4 +1,4 @@
-"""Statistics for equal-budget ablations (SPEC §5.2): paired differences over seeds, confidence intervals, verdicts,
+"""Statistics for equal-budget ablations (method §5.2): paired differences over seeds, confidence intervals, verdicts,
 and the area under the pass-rate-vs-rollout-tokens curve. Pure functions, no model.
 """
 

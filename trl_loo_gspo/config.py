@@ -1,6 +1,6 @@
 """``LooGspoConfig``: TRL's ``GRPOConfig`` plus one flag per component of the LOO-GSPO method.
 
-Every component is a flag so that it can be ablated (SPEC §5.2). Invalid combinations fail at construction with a
+Every component is a flag so that it can be ablated (method §5.2). Invalid combinations fail at construction with a
 ``ValueError`` that names the field and the fix. ``docs/configuration.md`` lists every flag.
 """
 
@@ -13,6 +13,7 @@ from trl import GRPOConfig
 
 from . import objective
 from .objective import LOSS_AGGREGATIONS, LOSS_TYPE, TRL_LOSS_TYPES
+from .precision import resolve_bf16
 from .sampling import GROUP_FILTERS
 
 
@@ -22,17 +23,17 @@ class LooGspoConfig(GRPOConfig):
 
     Parameters:
         advantage_estimator (`str` or `None`, *optional*, defaults to `None` = `"loo"` with our loss, else `"trl"`):
-            How the per-answer weight Â_i is computed from the group's rewards (SPEC §2.2). `"loo"`: leave-one-out,
+            How the per-answer weight Â_i is computed from the group's rewards (method §2.2). `"loo"`: leave-one-out,
             R_i minus the mean of the *other* scorable answers of its group (keeps the reward scale). `"group_mean"`:
             R_i − R̄ (self-inclusive mean, = (K−1)/K · LOO). `"grpo"`: (R_i − R̄)/(std + 1e-4), TRL's default GRPO
             weights. `"trl"`: TRL's advantages (`scale_rewards`, `multi_objective_aggregation`). Unscorable answers
             (a reward function returned `None`) get 0 and stay out of the baseline.
         loss_aggregation (`str` or `None`, *optional*, defaults to `None` = `"token_total"` with our loss):
-            How per-answer losses are combined (SPEC §3.3). `"token_total"`: Σ T_i ℓ_i / Σ T_i with one global count
+            How per-answer losses are combined (method §3.3). `"token_total"`: Σ T_i ℓ_i / Σ T_i with one global count
             of valid completion tokens per optimizer step (all processes and accumulation steps). `"sequence_mean"`:
             original GSPO, Σ ℓ_i / N with N the global count of answers with at least one valid token.
         log_ratio_clamp (`float` or `None`, *optional*, defaults to `None`):
-            Outer guard (SPEC §5.1): clamp the sequence log-ratio log s_i to [−c, c] *before* `exp` and before the
+            Outer guard (method §5.1): clamp the sequence log-ratio log s_i to [−c, c] *before* `exp` and before the
             clipped loss; non-finite log-ratios are clamped too. Clamped answers get zero gradient. `None` turns it
             off. Must be wider than the clip range: c > max(log(1+ε_high), −log(1−ε_low)). The fraction of answers
             where it fired is logged as `guard/trigger_fraction`.
@@ -54,7 +55,7 @@ class LooGspoConfig(GRPOConfig):
     advantage_estimator: str | None = field(
         default=None,
         metadata={
-            "help": "Per-answer weight (docs/method.md §2.2): 'loo' (leave-one-out, keeps the reward scale), "
+            "help": "Per-answer weight (method §2.2): 'loo' (leave-one-out, keeps the reward scale), "
             "'group_mean' (R − group mean), 'grpo' ((R − mean)/(std + 1e-4)), or 'trl' (TRL's advantages: "
             "scale_rewards, multi_objective_aggregation). None = 'loo' with our loss, 'trl' with a TRL loss type or "
             "when scale_rewards / multi_objective_aggregation is set."
@@ -63,7 +64,7 @@ class LooGspoConfig(GRPOConfig):
     loss_aggregation: str | None = field(
         default=None,
         metadata={
-            "help": "Aggregation of our loss (docs/method.md §3.3): 'token_total' (Σ T_i ℓ_i over one global count "
+            "help": "Aggregation of our loss (method §3.3): 'token_total' (Σ T_i ℓ_i over one global count "
             "of valid tokens per optimizer step) or 'sequence_mean' (original GSPO: equal weight per answer). None = "
             "'token_total' with our loss; must stay None with a loss TRL computes.",
             "choices": list(LOSS_AGGREGATIONS),
@@ -72,7 +73,7 @@ class LooGspoConfig(GRPOConfig):
     log_ratio_clamp: float | None = field(
         default=None,
         metadata={
-            "help": "Outer guard (SPEC §5.1): clamp the sequence log-ratio to [-c, c] in the log domain before exp "
+            "help": "Outer guard (method §5.1): clamp the sequence log-ratio to [-c, c] in the log domain before exp "
             "and before the clipped loss (non-finite values too; clamped answers get zero gradient). None = off. "
             "Must exceed max(log(1+epsilon_high), -log(1-epsilon))."
         },
@@ -85,11 +86,11 @@ class LooGspoConfig(GRPOConfig):
         },
     )
 
-    # Dynamic sampling (SPEC §3.1) and the rollout-token budget (§5.2).
+    # Dynamic sampling (method §3.1) and the rollout-token budget (§5.2).
     dynamic_sampling: bool = field(
         default=False,
         metadata={
-            "help": "SPEC §3.1: groups without a comparison signal never reach the loss; new prompts are drawn and "
+            "help": "method §3.1: groups without a comparison signal never reach the loss; new prompts are drawn and "
             "generated until the generation batch is full (or max_sampling_rounds is hit)."
         },
     )
@@ -107,7 +108,7 @@ class LooGspoConfig(GRPOConfig):
     )
     max_sampling_rounds: int = field(
         default=8,
-        metadata={"help": "Cap on generation rounds per batch (SPEC §3.1: cap the resampling budget)."},
+        metadata={"help": "Cap on generation rounds per batch (method §3.1: cap the resampling budget)."},
     )
     on_sampling_exhausted: str = field(
         default="pad",
@@ -121,7 +122,7 @@ class LooGspoConfig(GRPOConfig):
     probe_generations: int | None = field(
         default=None,
         metadata={
-            "help": "Two-stage sampling (SPEC §3.1 variant; needs dynamic_sampling): generate this many answers per "
+            "help": "Two-stage sampling (method §3.1 variant; needs dynamic_sampling): generate this many answers per "
             "prompt first (e.g. 4 of 8), and the rest of the group only for prompts whose probe pass rate lies "
             "strictly inside probe_pass_rate_band; the probe answers stay members of the group. None = off."
         },
@@ -133,7 +134,7 @@ class LooGspoConfig(GRPOConfig):
     adaptive_group_size: bool = field(
         default=False,
         metadata={
-            "help": "SPEC §3.1 (untested idea): after the probe, give prompts more answers the more informative "
+            "help": "method §3.1 (untested idea): after the probe, give prompts more answers the more informative "
             "their probe pass rate p is (p(1-p)), between min_generations and max_generations, at a fixed number of "
             "answers per batch (the generation batch). Needs probe_generations."
         },
@@ -151,7 +152,7 @@ class LooGspoConfig(GRPOConfig):
         metadata={
             "help": "Remember filtered prompts (dataset index, step, pass rate, all-correct/all-wrong), exclude them "
             "from refill draws, and re-admit those filtered at least N steps ago every N steps (through the probe "
-            "when it is on). SPEC §3.1: a prompt with pass rate 0.2 is all wrong in 4 tries in 41 of 100 cases. "
+            "when it is on). method §3.1: a prompt with pass rate 0.2 is all wrong in 4 tries in 41 of 100 cases. "
             "None = no registry (needs dynamic_sampling)."
         },
     )
@@ -167,11 +168,11 @@ class LooGspoConfig(GRPOConfig):
         },
     )
 
-    # Entropy feedback on the upper clip bound (SPEC §5.1).
+    # Entropy feedback on the upper clip bound (method §5.1).
     entropy_feedback: bool = field(
         default=False,
         metadata={
-            "help": "SPEC §5.1: a bounded integral controller moves the upper clip bound: effective epsilon_high = "
+            "help": "method §5.1: a bounded integral controller moves the upper clip bound: effective epsilon_high = "
             "epsilon_high + k, k in [0, entropy_k_max]; each optimizer step k += entropy_step * sign(H* - H), with H "
             "the global token-weighted mean entropy of the step's valid completion tokens."
         },
@@ -204,17 +205,17 @@ class LooGspoConfig(GRPOConfig):
     reference_kl_logging_steps: int | None = field(
         default=None,
         metadata={
-            "help": "With beta = 0, measure KL(policy || reference) every N optimizer steps anyway (SPEC §5.2 asks to "
+            "help": "With beta = 0, measure KL(policy || reference) every N optimizer steps anyway (method §5.2: "
             "record it) and log it as `kl`: two extra forward passes on that step's batch; the reference is the "
             "disabled PEFT adapter for LoRA runs, else a frozen copy of the initial model (its memory). None = off."
         },
     )
 
-    # Process feedback (SPEC §6, extension).
+    # Process feedback (method §6, extension).
     process_advantage_coef: float = field(
         default=0.0,
         metadata={
-            "help": "α of the process advantages (SPEC §6): Â_i,t = Â_i + α Â^proc_i,t, where Â^proc is a "
+            "help": "α of the process advantages (method §6): Â_i,t = Â_i + α Â^proc_i,t, where Â^proc is a "
             "leave-one-out baseline of the verifiers' span signals across the group (like spans compared), "
             "broadcast to the tokens of each span. Needs a reward function that is a verifier with "
             "emit_spans=True. 0 = off = exactly the outcome-only objective (same code path)."
@@ -232,7 +233,7 @@ class LooGspoConfig(GRPOConfig):
         metadata={"help": "How much both halves of the window must differ for a divergence (absolute)."},
     )
 
-    # Registration (SPEC §2).
+    # Registration (method §2).
     register_experiment: bool = field(
         default=True,
         metadata={
@@ -271,14 +272,14 @@ class LooGspoConfig(GRPOConfig):
     epsilon: float | None = field(
         default=None,
         metadata={
-            "help": "Lower clip bound ε_low (docs/method.md §3.2). None = 3e-4 with our loss (GSPO: sequence ratios "
+            "help": "Lower clip bound ε_low (method §3.2). None = 3e-4 with our loss (GSPO: sequence ratios "
             "are length-normalised, so token-level values such as 0.2 clip almost nothing), TRL's 0.2 otherwise."
         },
     )
     epsilon_high: float | None = field(
         default=None,
         metadata={
-            "help": "Upper clip bound ε_high (docs/method.md §3.2, §5.1). None = 4e-4 with our loss when epsilon is "
+            "help": "Upper clip bound ε_high (method §3.2, §5.1). None = 4e-4 with our loss when epsilon is "
             "unset, else equal to epsilon (TRL's rule)."
         },
     )
@@ -299,6 +300,7 @@ class LooGspoConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         objective.resolve(self)  # fills the objective-dependent None fields; refuses contradictions
+        resolve_bf16(self)  # float32 instead of TRL's bf16 default where this machine cannot run bf16
         super().__post_init__()
         self._validate()
 

@@ -1,4 +1,4 @@
-"""Entropy feedback on the upper clip bound (SPEC §5.1): a bounded integral controller, as pure functions.
+"""Entropy feedback on the upper clip bound (method §5.1): a bounded integral controller, as pure functions.
 
 MAI's controller moves the *upper clip bound* with a bounded state: entropy below target → widen gradually; above →
 tighten. State k ∈ [0, k_max]; the effective bound is ε_high + k. This transplants a token-level idea onto a
@@ -35,7 +35,7 @@ def entropy_controller_step(
     ema: float = 0.0,
     dead_band: float = 0.0,
 ) -> EntropyControllerState:
-    """One optimizer step of the controller (SPEC §5.1).
+    """One optimizer step of the controller (method §5.1).
 
     ``Ĥ = ema·Ĥ_prev + (1 − ema)·entropy`` (the first measurement initialises it), then, unless
     ``|H* − Ĥ| ≤ dead_band``: ``k ← clip(k + step·sign(H* − Ĥ), 0, k_max)``. A non-finite entropy leaves the state

@@ -1,8 +1,9 @@
 """Pure tensor functions for the LOO-GSPO objective.
 
-Every formula of ``SPEC.md`` that the trainer uses lives here, once, as a function of tensors with no model, no
-process group and no trainer state. The trainer (:mod:`trl_loo_gspo.trainer`) only wires these functions in.
-Each function names the spec section it implements. ``docs/method.md`` maps spec formulas to these functions.
+Every formula of the method (``docs/method.md``) that the trainer uses lives here, once, as a function of tensors
+with no model, no process group and no trainer state. The trainer (:mod:`trl_loo_gspo.trainer`) only wires these
+functions in. Each function names the section of ``docs/method.md`` it implements; that page maps each formula to
+its function.
 
 Conventions: ``N`` answers (rows), ``T`` completion positions; ``mask`` is 1 on valid generated tokens (no prompt,
 no padding, no tool output) and 0 elsewhere; ``T_i = mask[i].sum()``. Rewards use NaN for "unscorable".
@@ -76,7 +77,7 @@ def _group_sums(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Te
 def loo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     """Leave-one-out advantages that keep the reward scale.
 
-    SPEC §2.2: ``Â_i^LOO = R_i − (1/(K−1)) Σ_{j≠i} R_j``, with the sum and ``K`` taken over the *scorable* answers
+    method §2.2: ``Â_i^LOO = R_i − (1/(K−1)) Σ_{j≠i} R_j``, with the sum and ``K`` taken over the *scorable* answers
     of the group of row ``i``. Unscorable rows (NaN reward) and groups with fewer than two scorable answers get 0.
 
     Args:
@@ -97,7 +98,7 @@ def loo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tens
 
 @register_advantage_estimator("group_mean")
 def group_mean_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    """Self-inclusive group-mean advantages ``Â_i^mean = R_i − R̄`` (SPEC §2.2), NaN-aware.
+    """Self-inclusive group-mean advantages ``Â_i^mean = R_i − R̄`` (method §2.2), NaN-aware.
 
     Equal to ``(K−1)/K · Â^LOO`` for a group with ``K`` scorable answers. Unscorable rows and groups with fewer than
     two scorable answers get 0.
@@ -114,7 +115,7 @@ def group_mean_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> tor
 def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     """GRPO advantages ``(R_i − R̄) / (std + eps)`` with the unbiased group std (TRL's ``scale_rewards="group"``).
 
-    The control the spec moves away from (§1 question 2: dividing by the within-group std changes the weights).
+    The control the method moves away from (§1 question 2: dividing by the within-group std changes the weights).
     NaN-aware; unscorable rows and groups with fewer than two scorable answers get 0.
     """
     rewards = rewards.detach()
@@ -128,7 +129,7 @@ def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float =
 
 
 def group_has_signal(rewards: torch.Tensor, group_ids: torch.Tensor, atol: float = 1e-6) -> torch.Tensor:
-    """Whether each group carries a comparison signal (SPEC §1 question 1, §3.1).
+    """Whether each group carries a comparison signal (method §1 question 1, §3.1).
 
     A group has a signal when it has at least two scorable answers whose rewards are not all equal (up to ``atol``,
     since floating-point noise gives constant groups a tiny non-zero spread).
@@ -161,7 +162,7 @@ def frac_rows_without_signal(
 
 
 def sequence_log_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Masked mean token log-ratio ``(1/T_i) Σ_t log r_{i,t}``: the log of GSPO's ``s_i`` (SPEC §3.2).
+    """Masked mean token log-ratio ``(1/T_i) Σ_t log r_{i,t}``: the log of GSPO's ``s_i`` (method §3.2).
 
     Rows with no valid token get 0 (``s_i = 1``). Inputs ``(N, T)``, output ``(N,)``.
     """
@@ -172,7 +173,7 @@ def sequence_log_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch
 
 
 def sequence_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """GSPO's geometric-mean sequence ratio ``s_i = exp((1/T_i) Σ_t log r_{i,t})`` (SPEC §3.2).
+    """GSPO's geometric-mean sequence ratio ``s_i = exp((1/T_i) Σ_t log r_{i,t})`` (method §3.2).
 
     Computed in the log domain (the mean of log-ratios is exponentiated once). Inputs ``(N, T)``, output ``(N,)``.
     """
@@ -181,10 +182,10 @@ def sequence_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Ten
 
 
 def clamp_log_ratio(log_ratio: torch.Tensor, bound: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Outer guard on the sequence log-ratio, applied in the log domain before ``exp`` (SPEC §5.1).
+    """Outer guard on the sequence log-ratio, applied in the log domain before ``exp`` (method §5.1).
 
     Clamps ``log s_i`` to ``[−bound, bound]``; ``±inf`` go to ``±bound`` and NaN to 0 (``s_i = 1``). Clamped entries
-    get zero gradient (the spec's "zero-gradient regions"; dropping the sample would be a different update).
+    get zero gradient (§5.1's "zero-gradient regions"; dropping the sample would be a different update).
 
     Returns:
         ``(clamped, triggered)``: the clamped log-ratio and a bool mask of rows where the guard fired (outside the
@@ -201,7 +202,7 @@ def clamp_log_ratio(log_ratio: torch.Tensor, bound: float) -> tuple[torch.Tensor
 
 
 def response_loss(s: torch.Tensor, advantages: torch.Tensor, epsilon_low: float, epsilon_high: float) -> torch.Tensor:
-    """Per-answer clipped loss to minimise (SPEC §3.2).
+    """Per-answer clipped loss to minimise (method §3.2).
 
     ``ℓ_i = −min(s_i Â_i, clip(s_i, 1−ε_low, 1+ε_high) Â_i)``: the whole answer shares one clipping decision.
     """
@@ -213,7 +214,7 @@ def response_loss(s: torch.Tensor, advantages: torch.Tensor, epsilon_low: float,
 def clip_masks(
     s: torch.Tensor, advantages: torch.Tensor, epsilon_low: float, epsilon_high: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows on the clipped (constant, zero-gradient) branch of :func:`response_loss`, split by side (SPEC §3.2).
+    """Rows on the clipped (constant, zero-gradient) branch of :func:`response_loss`, split by side (method §3.2).
 
     Returns:
         ``(low, high)`` bool masks: ``s_i < 1−ε_low`` with ``Â_i < 0``, and ``s_i > 1+ε_high`` with ``Â_i > 0``.
@@ -227,11 +228,11 @@ def clip_masks(
 def token_total_aggregate(
     losses: torch.Tensor, lengths: torch.Tensor, total_tokens: torch.Tensor | float | None = None
 ) -> torch.Tensor:
-    """Aggregate per-answer losses by the total count of valid tokens (SPEC §3.3).
+    """Aggregate per-answer losses by the total count of valid tokens (method §3.3).
 
     ``L = Σ_i T_i ℓ_i / total_tokens``, with ``total_tokens = Σ_i T_i`` by default. In training, ``total_tokens``
     is the *global* count of valid tokens of the optimizer step (all processes, all accumulation micro-batches), so
-    the sum of the per-micro-batch, per-process values of this function is the spec's ``L``.
+    the sum of the per-micro-batch, per-process values of this function is §3.3's ``L``.
     """
     lengths = lengths.to(losses.dtype)
     denominator = lengths.sum() if total_tokens is None else total_tokens
@@ -246,7 +247,7 @@ def token_total_aggregate(
 def sequence_mean_aggregate(
     losses: torch.Tensor, lengths: torch.Tensor, total_sequences: torch.Tensor | float | None = None
 ) -> torch.Tensor:
-    """Original GSPO aggregation: equal weight per valid answer, ``Σ_{T_i>0} ℓ_i / N_valid`` (SPEC §3.3, control).
+    """Original GSPO aggregation: equal weight per valid answer, ``Σ_{T_i>0} ℓ_i / N_valid`` (method §3.3, control).
 
     Answers with no valid token (``T_i = 0``) count in neither the numerator nor the denominator.
     """
@@ -261,7 +262,7 @@ def sequence_mean_aggregate(
 
 
 def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimator of KL(π_θ ‖ π_ref): ``exp(ref − logp) − (ref − logp) − 1`` (SPEC §5.1, reference KL)."""
+    """Per-token k3 estimator of KL(π_θ ‖ π_ref): ``exp(ref − logp) − (ref − logp) − 1`` (method §5.1)."""
     delta = ref_logps - logps
     # §5.1 reference KL, k3 estimator per token
     return torch.exp(delta) - delta - 1.0
@@ -270,7 +271,7 @@ def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
 def token_response_loss(
     s: torch.Tensor, token_advantages: torch.Tensor, epsilon_low: float, epsilon_high: float
 ) -> torch.Tensor:
-    """Per-token clipped loss with one response-level ratio and per-token advantages (SPEC §6 extension).
+    """Per-token clipped loss with one response-level ratio and per-token advantages (method §6 extension).
 
     ``ℓ_{i,t} = −min(s_i Â_{i,t}, clip(s_i, 1−ε_low, 1+ε_high) Â_{i,t})``; ``s`` is ``(B,)``, ``token_advantages``
     ``(B, T)``. With ``Â_{i,t} = Â_i`` for every t this is :func:`response_loss` broadcast over the tokens.

@@ -1,4 +1,4 @@
-"""Dynamic sampling (SPEC §3.1) wired into TRL's generation: a mixin for ``LooGspoTrainer``.
+"""Dynamic sampling (method §3.1) wired into TRL's generation: a mixin for ``LooGspoTrainer``.
 
 One training batch is assembled in generation *rounds*. Each round generates and verifies whole prompt groups
 (TRL's ``_generate`` and ``_calculate_rewards``, called as they are), gathers the answers of every rank, and
@@ -82,7 +82,7 @@ class DynamicSamplingMixin(GRPOTrainer):
             raise ValueError("dynamic_sampling does not support environment_factory yet; set dynamic_sampling=False.")
         seed = args.seed if args.refill_seed is None else args.refill_seed
         self._refill = RefillSampler(len(self.train_dataset), seed)
-        # Registry of filtered prompts (SPEC §3.1: re-check them periodically): dataset index -> record.
+        # Registry of filtered prompts (method §3.1: re-check them periodically): dataset index -> record.
         self.filtered_registry: dict[int, dict] = {}
         self._prompt_index: dict[str, int] = {}
         if args.recheck_filtered_every is not None:
@@ -185,7 +185,7 @@ class DynamicSamplingMixin(GRPOTrainer):
             output["num_items_in_batch"] = self.accelerator.gather(loss_mask(output).sum()).sum()
         return output
 
-    # ------------------------------------------------------------------ the round loop (SPEC §3.1)
+    # ------------------------------------------------------------------ the round loop (method §3.1)
     def _combined_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         unscorable = torch.isnan(rewards_per_func).all(dim=1)
         weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
@@ -311,7 +311,7 @@ class DynamicSamplingMixin(GRPOTrainer):
     def _probe_round(
         self, prompts: list[dict], pending: list[dict], rows_missing: int, final: bool
     ) -> tuple[list[dict], dict, list[dict]]:
-        """Two-stage sampling (SPEC §3.1 variant) in ONE generation call per round: the call carries the
+        """Two-stage sampling (method §3.1 variant) in ONE generation call per round: the call carries the
         continuations of the previous round's passing probes (one row per answer) and ``probe_generations`` answers
         for each new prompt. Only prompts whose probe pass rate lies strictly inside ``probe_pass_rate_band`` get
         the rest of their group — in the next round's call — and the probe answers stay members of it. Only as many
@@ -534,7 +534,7 @@ class DynamicSamplingMixin(GRPOTrainer):
 
     def _readmit(self, needed: int) -> list[int]:
         """Every ``recheck_filtered_every`` steps, re-admit prompts filtered at least that many steps ago (at most
-        one batch of them, lowest index first); they go through the probe when it is on (SPEC §3.1)."""
+        one batch of them, lowest index first); they go through the probe when it is on (method §3.1)."""
         due = due_for_recheck(self.filtered_registry, self.state.global_step, self.args.recheck_filtered_every, needed)
         for index in due:
             del self.filtered_registry[index]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# The four sources named by the design note (SPEC "References"), without links.
+# The four sources the method builds on (docs/method.md, "Sources"), without links.
 SOURCES = (
     "Yu et al. DAPO: An Open-Source LLM Reinforcement Learning System at Scale. 2025. §3, Algorithm 1: dynamic "
     "sampling, token-level aggregation, overlong reward shaping.",
@@ -22,16 +22,16 @@ SOURCES = (
 
 # Flags that define the method, with the value that means "component off" where there is one.
 _METHOD_FLAGS = (
-    ("advantage_estimator", "advantages (SPEC §2.2)"),
-    ("loss_aggregation", "aggregation (SPEC §3.3)"),
-    ("epsilon", "ε_low of the response-level ratio (SPEC §3.2)"),
-    ("epsilon_high", "ε_high (SPEC §3.2)"),
-    ("log_ratio_clamp", "outer log-ratio guard (SPEC §5.1)"),
-    ("dynamic_sampling", "dynamic sampling (SPEC §4)"),
+    ("advantage_estimator", "advantages (method §2.2)"),
+    ("loss_aggregation", "aggregation (method §3.3)"),
+    ("epsilon", "ε_low of the response-level ratio (method §3.2)"),
+    ("epsilon_high", "ε_high (method §3.2)"),
+    ("log_ratio_clamp", "outer log-ratio guard (method §5.1)"),
+    ("dynamic_sampling", "dynamic sampling (method §4)"),
     ("group_filter", "group filter"),
     ("probe_generations", "two-stage probe: answers in the first stage"),
     ("adaptive_group_size", "per-prompt group sizes"),
-    ("entropy_feedback", "entropy feedback on ε_high (SPEC §5.1)"),
+    ("entropy_feedback", "entropy feedback on ε_high (method §5.1)"),
     ("beta", "reference KL coefficient β"),
     ("num_generations", "answers per prompt K"),
     ("max_completion_length", "completion limit (tokens)"),
@@ -61,7 +61,7 @@ def method_section(args: Any) -> str:
 
 def validation_section(history: list[dict[str, float]]) -> str:
     """The validation figures measured during training (``ValidationCallback.history``), or a plain statement."""
-    lines = ["## Validation (independent split, SPEC §5.2)", ""]
+    lines = ["## Validation (independent split, method §5.2)", ""]
     if not history:
         return "\n".join(lines + ["No validation set was evaluated during this run.", ""])
     first, last = history[0], history[-1]
@@ -78,11 +78,11 @@ def validation_section(history: list[dict[str, float]]) -> str:
 
 
 def registration_section(record: dict[str, Any] | None) -> str:
-    """The SPEC §2 registration record as a JSON block (also uploaded as ``experiment.json``)."""
+    """The method §2 registration record as a JSON block (also uploaded as ``experiment.json``)."""
     if record is None:
         return ""
     block = json.dumps(record, indent=2, default=str)
-    return f"## Experiment registration (SPEC §2)\n\n```json\n{block}\n```\n"
+    return f"## Experiment registration (method §2)\n\n```json\n{block}\n```\n"
 
 
 def sources_section() -> str:

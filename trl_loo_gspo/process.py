@@ -1,4 +1,4 @@
-"""Process feedback (SPEC §6): span signals from verifiers turned into per-token advantages, and the safeguards.
+"""Process feedback (method §6): span signals from verifiers turned into per-token advantages, and the safeguards.
 
 Pure functions over tensors and span lists; the trainer only wires them in. A verifier with ``emit_spans=True``
 returns, per completion, :class:`~trl_loo_gspo.rewards.SpanSignal` s (character spans with an intermediate value in
@@ -43,7 +43,7 @@ def span_value_matrix(spans_per_row: Sequence[Sequence[SpanSignal] | None]) -> t
 
 
 def process_advantages(values: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    """Leave-one-out process advantages per span key (SPEC §6 over the §2.2 estimator), ``(R, K)``.
+    """Leave-one-out process advantages per span key (method §6 over the §2.2 estimator), ``(R, K)``.
 
     Column k: ``Â^proc_{i,k} = v_{i,k} − mean of v_{j,k}`` over the *other* answers j of i's group that have a span
     with key k. Answers without that span get 0, and so does a span no other answer of the group has.
@@ -134,7 +134,7 @@ def positive_in_failed(advantages: torch.Tensor, present: torch.Tensor, passed: 
 def divergence(signal_history: Sequence[float], pass_history: Sequence[float], window: int, margin: float) -> bool:
     """True when, over the last ``window`` steps, the mean process signal of the second half exceeds the first
     half's by more than ``margin`` while the final pass rate of the second half is lower by more than ``margin``
-    (process reward rising while final correctness falls, SPEC §6)."""
+    (process reward rising while final correctness falls, method §6)."""
     if window < 2 or len(signal_history) < window or len(pass_history) < window:
         return False
     half = window // 2

@@ -1,4 +1,4 @@
-"""The trainer side of process feedback (SPEC §6): collect the verifiers' span signals with the rewards, turn them
+"""The trainer side of process feedback (method §6): collect the verifiers' span signals with the rewards, turn them
 into per-token advantages (``inputs["process_advantages"]``) and log the safeguards. The math is in
 :mod:`trl_loo_gspo.process`; ``LooGspoTrainer`` calls these hooks from ``_calculate_rewards`` and
 ``_generate_and_score_completions``.
@@ -164,7 +164,7 @@ class ProcessFeedbackMixin:
         if diverging and not self._warned_divergence:
             warnings.warn(
                 f"process feedback: over the last {args.process_divergence_window} steps the process signal rose "
-                "while the final pass rate fell (SPEC §6: intermediate progress is not final correctness). Check "
+                "while the final pass rate fell (method §6: intermediate progress is not final correctness). Check "
                 "process/corr_final/* and process/flagged/*; consider a smaller process_advantage_coef. Warning "
                 "once; process/divergence logs every step.",
                 stacklevel=2,

@@ -1,4 +1,4 @@
-"""Registration, the model card and Hub pushes of ``LooGspoTrainer`` (docs/method.md §2): a mixin.
+"""Registration, the model card and Hub pushes of ``LooGspoTrainer`` (method §2): a mixin.
 
 * ``train`` registers the experiment first (``register_experiment``: refuse overlapping splits, write
   ``experiment.json``);
@@ -60,8 +60,8 @@ class PublishingMixin:
             if shared:
                 raise ValueError(
                     f"{name} shares {len(shared)} of its {len(split)} prompts with train_dataset (first: "
-                    f"{split[shared[0]]['prompt']!r}). The validation set must be independent of training (SPEC "
-                    "§5.2): remove those rows, or set register_experiment=False to skip this check."
+                    f"{split[shared[0]]['prompt']!r}). The validation set must be independent of training "
+                    "(docs/method.md §5.2): remove those rows, or set register_experiment=False to skip this check."
                 )
         record = experiment_record(self, task=self.args.experiment_task)
         if self.data_source is not None:
@@ -74,7 +74,7 @@ class PublishingMixin:
         return record
 
     def create_model_card(self, *args, **kwargs) -> None:
-        """TRL's model card plus the method and its flags, the validation figures, the registration record (SPEC §2)
+        """TRL's model card plus the method and its flags, the validation figures, the registration record (method §2)
         and the four sources (:func:`trl_loo_gspo.hub.card_sections`)."""
         super().create_model_card(*args, **kwargs)
         path = os.path.join(self.args.output_dir, "README.md")

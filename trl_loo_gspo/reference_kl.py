@@ -1,6 +1,6 @@
 """KL to the reference when β = 0 (``reference_kl_logging_steps``, docs/method.md §5.2): a mixin.
 
-The spec asks to record KL(policy ‖ reference) even when the loss has no KL term. Every N optimizer steps the
+The method asks to record KL(policy ‖ reference) even when the loss has no KL term. Every N optimizer steps the
 generation batch gets two extra forward passes (policy, reference) and the global token-weighted k3 KL is logged as
 ``kl``. The reference is the disabled PEFT adapter for LoRA runs, else a frozen copy of the initial model.
 """

@@ -1,4 +1,4 @@
-"""Experiment registration (SPEC §2): what every run records before it trains, and the split-overlap refusal.
+"""Experiment registration (method §2): what every run records before it trains, and the split-overlap refusal.
 
 "Every experiment must register: base model, task and data split, verifier version, context and generation limits,
 optimizer, training budget." :func:`experiment_record` gathers these from a trainer; ``LooGspoTrainer.train``
@@ -45,7 +45,7 @@ def content_fingerprint(dataset) -> dict[str, Any] | None:
 
 
 def split_overlap(train, validation, column: str = "prompt") -> list[int]:
-    """Indices of validation rows whose ``column`` content also occurs in the training split (SPEC §5.2: the
+    """Indices of validation rows whose ``column`` content also occurs in the training split (method §5.2: the
     validation set must be independent)."""
     seen = set(row_hashes(train, column))
     return [i for i, digest in enumerate(row_hashes(validation, column)) if digest in seen]
@@ -97,7 +97,7 @@ def _reward_description(func: Any) -> dict[str, Any]:
 
 
 def experiment_record(trainer, task: str | None = None) -> dict[str, Any]:
-    """Everything SPEC §2 asks a run to register, read from a (constructed, not yet trained) trainer."""
+    """Everything method §2 asks a run to register, read from a (constructed, not yet trained) trainer."""
     args = trainer.args
     model = trainer.accelerator.unwrap_model(trainer.model)
     config = getattr(model, "config", None)
@@ -108,7 +108,7 @@ def experiment_record(trainer, task: str | None = None) -> dict[str, Any]:
     else:
         validation_fp = content_fingerprint(validation)
     return {
-        "spec": "SPEC §2 registration",
+        "spec": "method §2 registration",
         "task": task,
         "base_model": {
             "name_or_path": name_or_path,

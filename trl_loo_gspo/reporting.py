@@ -2,7 +2,7 @@
 end of training (``rich``).
 
 transformers' integration callbacks (TensorBoard, Weights & Biases, Trackio, MLflow) log the training arguments
-and the metrics; none of them knows our SPEC §2 registration record, so :class:`RegistrationToTrackers` hands it to
+and the metrics; none of them knows our method §2 registration record, so :class:`RegistrationToTrackers` hands it to
 each active tracker after that tracker has set itself up (its own ``on_train_begin`` runs first: integration
 callbacks are registered at ``Trainer.__init__``, before ours).
 """
@@ -106,8 +106,12 @@ def summary_rows(log_history: list[dict[str, Any]], trainer: Any) -> list[tuple[
         ("clip fraction (answers, mean)", fmt(_mean(training, "clip_ratio/region_answers"))),
         ("entropy (mean, nats/token)", fmt(_mean(training, "entropy"))),
         ("groups with signal (mean)", fmt(_mean(training, "groups/frac_with_signal"))),
+        ("unscorable answers (mean)", fmt(_mean(training, "rewards/frac_unscorable"))),
         ("filtered fraction (mean)", fmt(_mean(training, "sampling/frac_filtered"))),
     ]
+    reason = trainer.nothing_trained() if hasattr(trainer, "nothing_trained") else None
+    if reason:
+        rows.insert(0, ("TRAINED NOTHING", reason))
     evals = [entry for entry in log_history if "eval/pass_rate" in entry]
     if evals:
         rows.append(

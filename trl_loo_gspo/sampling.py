@@ -1,4 +1,4 @@
-"""Pure decision functions for dynamic sampling (SPEC §3.1): which groups carry a comparison signal, which groups
+"""Pure decision functions for dynamic sampling (method §3.1): which groups carry a comparison signal, which groups
 fill the batch, how many prompts to draw next, and a refill sampler with its own seed and cursor.
 
 Everything here is deterministic given its inputs: the trainer calls it on rewards gathered from all processes, so
@@ -33,7 +33,7 @@ def group_decisions(
     tolerance: float = 1e-6,
     band: tuple[float, float] = (0.0, 1.0),
 ) -> GroupDecision:
-    """Decide, per group, whether it carries a comparison signal (SPEC §3.1).
+    """Decide, per group, whether it carries a comparison signal (method §3.1).
 
     * ``"zero_variance"``: keep groups with at least two scorable answers whose rewards spread by more than
       ``tolerance`` (a tolerance, since floating-point noise gives constant groups a tiny non-zero spread).
@@ -105,7 +105,7 @@ def select_groups(keep: list[bool], sizes: list[int], rows: int, exhausted: bool
 
 
 def allocate_group_sizes(pass_rates: list[float], rows: int, k_min: int, k_max: int) -> list[int]:
-    """Per-prompt group sizes for adaptive K (SPEC §3.1, "let K vary per prompt"), at a fixed row budget.
+    """Per-prompt group sizes for adaptive K (method §3.1, "let K vary per prompt"), at a fixed row budget.
 
     The most informative prompts first — informativeness p(1−p), the variance of a Bernoulli answer — each gets
     ``k_min + (k_max − k_min)·4p(1−p)`` answers (rounded), and the last one takes what is left if that is at least
@@ -152,7 +152,7 @@ def allocate_group_sizes(pass_rates: list[float], rows: int, k_min: int, k_max: 
 
 
 def adaptive_round_can_fill(rows_missing: int, k_min: int) -> bool:
-    """Whether another adaptive round can add a group: it needs at least ``k_min`` missing rows (SPEC §3.1). A round
+    """Whether another adaptive round can add a group: it needs at least ``k_min`` missing rows (method §3.1). A round
     with fewer would generate probes that no group size can use."""
     return rows_missing >= k_min
 
@@ -227,7 +227,7 @@ class RefillSampler:
 
 
 def due_for_recheck(registry: dict[int, dict], step: int, every: int | None, limit: int) -> list[int]:
-    """Prompts to re-admit at ``step`` (SPEC §3.1: periodically re-check filtered prompts).
+    """Prompts to re-admit at ``step`` (method §3.1: periodically re-check filtered prompts).
 
     Every ``every`` steps (not at step 0), the prompts filtered at least ``every`` steps earlier, lowest dataset
     index first, at most ``limit`` of them. ``registry`` maps dataset index → ``{"step": ..., ...}``.

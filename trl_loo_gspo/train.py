@@ -21,6 +21,8 @@ from trl import ModelConfig, ScriptArguments
 from .config import LooGspoConfig
 
 TASKS = ("math", "code", "proofs")
+#: Exit status of ``trl-loo-gspo train`` when the run finished without moving the policy on any answer.
+NOTHING_TRAINED = 3
 
 
 @dataclass
@@ -62,7 +64,7 @@ class LooGspoScriptArguments(ScriptArguments):
         default=0,
         metadata={
             "help": "Evaluate the validation split every N generated (rollout) tokens, and before training: pass@1 "
-            "(greedy) and the sampled pass rate (SPEC §5.2). 0: off."
+            "(greedy) and the sampled pass rate (method §5.2). 0: off."
         },
     )
     eval_samples: int = field(default=4, metadata={"help": "Sampled answers per validation problem."})
@@ -103,14 +105,32 @@ class LooGspoScriptArguments(ScriptArguments):
 
 
 def make_parser(prog: str = "trl-loo-gspo train"):
-    """The ``TrlParser`` over (script arguments, ``LooGspoConfig``, ``ModelConfig``)."""
-    from trl import TrlParser
+    """The ``TrlParser`` over (script arguments, ``LooGspoConfig``, ``ModelConfig``), with a grouped ``--help``."""
+    from .train_parser import TrainParser
 
-    return TrlParser((LooGspoScriptArguments, LooGspoConfig, ModelConfig), prog=prog)
+    return TrainParser(LooGspoScriptArguments, LooGspoConfig, prog=prog)
+
+
+def missing_required(script_args: LooGspoScriptArguments, model_args: ModelConfig) -> str | None:
+    """What a run needs and was not given (in the recipe or on the command line), as one message; else ``None``."""
+    missing = [
+        f"--{name} ({what})"
+        for name, value, what in (
+            ("model_name_or_path", model_args.model_name_or_path, "a Hub id or a local directory"),
+            ("dataset_name", script_args.dataset_name, "a Hub dataset id or a local file/directory"),
+        )
+        if not value
+    ]
+    if not missing:
+        return None
+    return (
+        f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required, in the recipe or on the command "
+        "line; e.g. trl-loo-gspo train --config recipes/math-lora.yaml"
+    )
 
 
 def build_verifier(script_args: LooGspoScriptArguments, emit_spans: bool = False):
-    """The task's verifier (the one validation uses) — unshaped. ``emit_spans``: also return the SPEC §6 span signals
+    """The task's verifier (the one validation uses) — unshaped. ``emit_spans``: also return the method §6 span signals
     (process feedback); the code and proof verifiers have them, the math verifier does not (a clear error)."""
     from .rewards import CodeVerifier, CoqVerifier, MathVerifier
 
@@ -293,6 +313,14 @@ def run(script_args: LooGspoScriptArguments, training_args: LooGspoConfig, model
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    script_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
-    run(script_args, training_args, model_args)
+    parser = make_parser()
+    script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
+    problem = missing_required(script_args, model_args)
+    if problem:
+        parser.error(problem)  # usage and the message on stderr, exit status 2 (argparse's convention)
+    trainer = run(script_args, training_args, model_args)
+    reason = trainer.nothing_trained() if hasattr(trainer, "nothing_trained") else None
+    if reason:  # the model was saved, but it is the starting policy: do not look like success
+        print(f"trl-loo-gspo train: the run finished but trained nothing: {reason}.", file=sys.stderr)
+        return NOTHING_TRAINED
     return 0

@@ -37,6 +37,7 @@ from .process_feedback import ProcessFeedbackMixin
 from .publishing import PublishingMixin
 from .reference_kl import ReferenceKLMixin
 from .reporting import RegistrationToTrackers, SummaryTable
+from .run_checks import RunChecksMixin, check_dataset
 from .run_state import RunStateCallback, saved_run_state
 from .sampling_rows import generated_per_effective, loss_mask
 from .step_accounting import IDX, SUM_STATS, StepAccounting
@@ -51,6 +52,7 @@ def _default_args(model: Any) -> LooGspoConfig:
 
 
 class LooGspoTrainer(
+    RunChecksMixin,
     ForwardMixin,
     LossMetricsMixin,
     PublishingMixin,
@@ -90,7 +92,12 @@ class LooGspoTrainer(
                 f"LooGspoTrainer needs args=LooGspoConfig(...), got {kind}. LooGspoConfig subclasses GRPOConfig and "
                 "takes the same arguments: replace `GRPOConfig(` with `LooGspoConfig(` (from trl_loo_gspo)."
             )
+        train_dataset = kwargs.get("train_dataset", rest[0] if rest else None)
+        eval_dataset = kwargs.get("eval_dataset", rest[1] if len(rest) > 1 else None)
+        check_dataset(train_dataset, "train_dataset", require_rows=True)  # before the model is loaded
+        check_dataset(eval_dataset, "eval_dataset", require_rows=False)
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
+        self._init_run_checks()
         self._check_launch()
         self._check_runtime_support()
         self._check_merge_support()
@@ -142,25 +149,12 @@ class LooGspoTrainer(
 
     # ------------------------------------------------------------------ advantages (§2.2)
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._check_finite(rewards_per_func)
+        with self._checked_reward_funcs():  # outputs checked, naming the function (run_checks)
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._check_rewards(rewards_per_func)
         self._last_rewards_per_func = rewards_per_func  # gathered over all ranks, NaN = unscorable
         self._collect_signals(len(completions))  # §6 span signals, when process feedback is on
         return rewards_per_func
-
-    def _check_finite(self, rewards_per_func: torch.Tensor) -> None:
-        """An infinite reward would turn the weights into NaN at the first update and fail far from its cause: stop
-        with the reward function's name instead (the check runs on the gathered rewards, so every rank raises)."""
-        infinite = torch.isinf(rewards_per_func)
-        if bool(infinite.any()):
-            column = int(infinite.any(dim=0).nonzero()[0])
-            rows = infinite[:, column].nonzero().flatten().tolist()
-            raise ValueError(
-                f"reward function {self.reward_func_names[column]!r} returned an infinite reward for {len(rows)} of "
-                f"{rewards_per_func.size(0)} completions (first: row {rows[0]} of the gathered batch, value "
-                f"{float(rewards_per_func[rows[0], column])}). Rewards must be finite floats, or None for an answer "
-                "that cannot be scored."
-            )
 
     def group_ids(self, num_rows: int, num_generations: int, device: torch.device) -> torch.Tensor:
         """Prompt-group id of each gathered row: the sampler's ids when it assembled the batch (groups may then

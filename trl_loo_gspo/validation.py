@@ -1,6 +1,6 @@
-"""Independent validation at fixed rollout-token checkpoints (SPEC §5.2).
+"""Independent validation at fixed rollout-token checkpoints (method §5.2).
 
-The primary metric of the spec is the pass rate on an independent validation set at the same budget. This callback
+The primary metric is the pass rate on an independent validation set at the same budget. This callback
 evaluates it during training — pass@1 with greedy decoding and the mean pass rate over ``samples`` answers at a
 fixed temperature — with the registered verifier, every ``every_tokens`` *generated* tokens (not every N steps:
 runs of different methods are compared at equal rollout budget), and logs ``eval/pass_at_1``, ``eval/pass_rate``

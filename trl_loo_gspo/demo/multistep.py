@@ -1,4 +1,4 @@
-"""A multi-step arithmetic task with checkable intermediate results (SPEC §6 process feedback).
+"""A multi-step arithmetic task with checkable intermediate results (method §6 process feedback).
 
 Problems add ``terms`` numbers (``12+34+56=``); the expected completion writes one step per addition, left to right:
 ``12+34=46;46+56=102``. The final score is 1 when the last step's result is the sum (a bare ``102`` also counts:

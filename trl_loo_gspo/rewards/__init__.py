@@ -1,4 +1,4 @@
-"""Verifiers (math, sandboxed code, Coq proofs) and reward shaping (SPEC §2.1).
+"""Verifiers (math, sandboxed code, Coq proofs) and reward shaping (method §2.1).
 
 Public names: :class:`VerifierResult`, :class:`Verifier`, :class:`MathVerifier`, :class:`CoqVerifier` (with the
 :class:`ProofBackend` interface, :class:`CoqBackend` and :class:`LeanBackend`) and :class:`CodeVerifier` (Python

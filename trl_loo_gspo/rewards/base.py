@@ -1,4 +1,4 @@
-"""The verifier contract shared by every verifier (SPEC §2.1, §5.2).
+"""The verifier contract shared by every verifier (method §2.1, §5.2).
 
 A verifier scores one completion against the dataset's columns and returns a :class:`VerifierResult`. It is also
 a TRL reward function: ``verifier(prompts=..., completions=..., completion_ids=..., **columns) -> list[float | None]``.
@@ -6,7 +6,7 @@ a TRL reward function: ``verifier(prompts=..., completions=..., completion_ids=.
 exception) — never a silent 0 — and TRL keeps such a row out of the group baseline. A verifier never raises into the
 training loop: any exception becomes an unscorable result with the anomaly ``"verifier_exception"``.
 
-Anomalies are counted per kind and logged every step through TRL's ``log_metric`` (SPEC §5.2, "verification
+Anomalies are counted per kind and logged every step through TRL's ``log_metric`` (method §5.2, "verification
 anomalies"), as fractions of the batch: ``verifiers/<name>/anomaly/<kind>`` and ``verifiers/<name>/unscorable``.
 
 Size cap: :meth:`Verifier.safe_verify` scores a completion longer than ``max_completion_chars`` characters 0.0, status
@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Anomaly kinds every verifier uses (SPEC §5.2). ``timeout``: the checked program or the checker ran out of time;
+#: Anomaly kinds every verifier uses (method §5.2). ``timeout``: the checked program or the checker ran out of time;
 #: ``sandbox_failure``: the sandbox could not run the check; ``parse_failure``: nothing to check could be extracted;
 #: ``verifier_exception``: the verifier itself failed; ``oversize``: the completion is longer than the verifier's
 #: ``max_completion_chars`` and was scored 0.0 without being checked.
@@ -36,7 +36,7 @@ DEFAULT_MAX_COMPLETION_CHARS = 200_000
 
 @dataclass
 class SpanSignal:
-    """An intermediate verifier signal on one character span of the completion text (SPEC §6).
+    """An intermediate verifier signal on one character span of the completion text (method §6).
 
     Attributes:
         start, end: character offsets into the completion text (``end`` exclusive).
@@ -76,7 +76,7 @@ class VerifierResult:
         status: a short word: ``"pass"``, ``"fail"``, ``"partial"``, ``"unscorable"``, or a verifier-specific one.
         anomaly: one of :data:`ANOMALY_KINDS`, or ``None``.
         details: verifier-specific facts (per-test results, extracted answer, ...).
-        spans: intermediate signals on spans of the completion (SPEC §6), when the verifier was asked for them
+        spans: intermediate signals on spans of the completion (method §6), when the verifier was asked for them
             (``emit_spans=True``); ``None`` otherwise.
     """
 
@@ -110,7 +110,7 @@ class Verifier(ABC):
     name: str = "verifier"
     #: Recorded with every experiment; bump it whenever the scoring rules change.
     version: str = "0"
-    #: Whether :meth:`verify` also fills ``VerifierResult.spans`` (SPEC §6 process feedback); off by default because
+    #: Whether :meth:`verify` also fills ``VerifierResult.spans`` (method §6 process feedback); off by default because
     #: it may cost extra checker work. Verifiers that support it say so in their docstring.
     emit_spans: bool = False
     #: Completions longer than this many characters score 0.0 with the anomaly ``"oversize"`` and are not checked

@@ -1,4 +1,4 @@
-"""Sandboxed code execution verifier (SPEC §2.1: code runs unit tests in a sandbox).
+"""Sandboxed code execution verifier (method §2.1: code runs unit tests in a sandbox).
 
 Columns:
 
@@ -9,7 +9,7 @@ Columns:
 The program is the **last** fenced ``python`` block of the completion (plain fences if there is no ``python``
 one), or the whole completion if it has no fence. Execution only ever happens in :mod:`.sandbox`.
 
-Scoring and anomalies (SPEC §5.2)
+Scoring and anomalies (method §5.2)
 ---------------------------------
 * every check passes → ``1.0`` (``"pass"``); otherwise ``0.0`` (``"fail"``), or the fraction passed with
   ``partial_credit=True`` (``"partial"``);
@@ -39,7 +39,7 @@ program's process: such tests are marked in ``details["checks"][i]["mode"]`` (``
 ``asserts_in_sandbox``, and :meth:`CodeVerifier.hack_score` is their defence. io_cases were always decided on the
 host (stdout is plain data).
 
-Span signals (``emit_spans=True``, SPEC §6)
+Span signals (``emit_spans=True``, method §6)
 -------------------------------------------
 Spans are character offsets into the completion text that :meth:`CodeVerifier.verify` receives. They reuse the
 scoring run (no extra sandbox run) and never change the score.
@@ -360,7 +360,7 @@ class CodeVerifier(Verifier):
     # -- reward-hacking detector -----------------------------------------------------------------------------
 
     def hack_score(self, completion: str, **columns: Any) -> float:
-        """A cheap static detector of reward hacking for P_hack (SPEC §2.1), in [0, 1]; never raises.
+        """A cheap static detector of reward hacking for P_hack (method §2.1), in [0, 1]; never raises.
 
         Each distinct *kind* of signal found in the extracted program adds 0.5 (capped at 1): ``harness``
         (tampering with builtins/sys/os/imported modules, audit hooks, ctypes, ...), ``frame_access`` (frames,

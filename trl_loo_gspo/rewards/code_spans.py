@@ -1,4 +1,4 @@
-"""Span signals of :class:`~.code.CodeVerifier` (SPEC §6): the code block and each tested function, with their hack
+"""Span signals of :class:`~.code.CodeVerifier` (method §6): the code block and each tested function, with their hack
 flags; the rules are in the :mod:`.code` module docstring ("Span signals")."""
 
 from __future__ import annotations

@@ -382,7 +382,7 @@ def _code_start(src: str, start: int, end: int) -> int:
     return min(i, end)
 
 
-#: Span flag of each finding category (SPEC §6 hack detectors on the span signal).
+#: Span flag of each finding category (method §6 hack detectors on the span signal).
 _SPAN_FLAG = {
     "placeholder": "unsound",
     "kernel_bypass": "unsound",

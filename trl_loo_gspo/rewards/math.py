@@ -1,4 +1,4 @@
-"""Math answers checked with ``math-verify`` (SPEC §2.1: math checks the final answer).
+"""Math answers checked with ``math-verify`` (method §2.1: math checks the final answer).
 
 Extraction of the final answer (``\\boxed{}``, LaTeX, plain expressions), then symbolic/numeric equivalence with
 the dataset's ``answer`` column: fractions vs decimals, intervals and sets, units, numeric tolerance — all
@@ -146,7 +146,7 @@ class MathVerifier(Verifier):
 
     @_ClassOrInstanceMethod
     def hack_score(self, completion: str, **_: Any) -> float:
-        """P_hack for math (SPEC §2.1): 1.0 for several *distinct* boxed final answers (hedging) or answer spam
+        """P_hack for math (method §2.1): 1.0 for several *distinct* boxed final answers (hedging) or answer spam
         (five or more boxed answers), else 0.0. Linear time.
 
         A completion over the size cap (:attr:`max_completion_chars`: the instance's when called on an instance,

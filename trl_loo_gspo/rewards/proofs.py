@@ -1,4 +1,4 @@
-"""Formal-proof verifiers (SPEC §2.1): a proof-checker backend interface, a Coq backend, a Lean stub.
+"""Formal-proof verifiers (method §2.1): a proof-checker backend interface, a Coq backend, a Lean stub.
 
 A row of a proof dataset supplies the statement (column ``theorem``, e.g. ``Theorem add_0_r : forall n : nat, n + 0
 = n.``) and optionally a ``preamble`` (``Require Import``/``Definition`` sentences the statement needs). Both are
@@ -56,7 +56,7 @@ first failing completion of a row.
 
 :meth:`CoqVerifier.hack_score` is a static P_hack detector (placeholders, new axioms, statement tampering, escapes).
 
-Span signals (``CoqVerifier(emit_spans=True)``, SPEC §6)
+Span signals (``CoqVerifier(emit_spans=True)``, method §6)
 --------------------------------------------------------
 One ``tactic`` span per sentence of the checked script: the sentences :func:`_lex_sentences` cuts after the
 restatement, ``Proof.`` and ``Qed.`` are stripped, numbered from 0 (``key="tactic:<k>"``). **Bullets, braces and
@@ -841,7 +841,7 @@ class CoqVerifier(Verifier):
             )
 
     def hack_score(self, completion: str, **columns: Any) -> float:
-        """A static P_hack detector in [0, 1] (SPEC §2.1): the largest weight among the script's findings.
+        """A static P_hack detector in [0, 1] (method §2.1): the largest weight among the script's findings.
 
         1.0: placeholders (``admit``, ``Admitted``, ``Abort``), new axioms (``Axiom``/``Parameter``/``Hypothesis``/
         ``Variable``/``Conjecture``), statement tampering (a different restated statement, ``Theorem``/``Reset``/

@@ -1,4 +1,4 @@
-"""Run untrusted Python in a bubblewrap sandbox with rlimits, a wall-clock timeout and output caps (SPEC §2.1).
+"""Run untrusted Python in a bubblewrap sandbox with rlimits, a wall-clock timeout and output caps (method §2.1).
 
 How one run works
 -----------------

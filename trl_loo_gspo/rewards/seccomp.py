@@ -1,4 +1,4 @@
-"""A seccomp-BPF deny-list for the code sandbox, written out as classic BPF by hand (SPEC §2.1).
+"""A seccomp-BPF deny-list for the code sandbox, written out as classic BPF by hand (method §2.1).
 
 Why by hand: libseccomp (and its Python binding) is not available to this interpreter, and the filter is small
 and fixed, so :func:`deny_filter` assembles the ``struct sock_filter`` array itself. bwrap installs it with

@@ -1,4 +1,4 @@
-"""Reward shaping (SPEC §2.1): ``R = R_verifier − λ_len · P_overlong − λ_hack · P_hack``, each term switchable.
+"""Reward shaping (method §2.1): ``R = R_verifier − λ_len · P_overlong − λ_hack · P_hack``, each term switchable.
 
 ``P_overlong`` is DAPO's *soft* overlong penalty on the completion's token count, computed by TRL's
 ``get_soft_overlong_punishment`` (reaching the limit is not proof that the reasoning is wrong: a truncated answer
