@@ -132,7 +132,12 @@ def test_cli_parses_demo_flags(monkeypatch):
     from trl_loo_gspo.cli import main
 
     seen = {}
-    monkeypatch.setattr(run_module, "run_demo", lambda config: seen.setdefault("config", config))
+
+    def fake_run_demo(config):
+        seen["config"] = config
+        return {"interrupted": False}
+
+    monkeypatch.setattr(run_module, "run_demo", fake_run_demo)
     assert main(["demo", "--seed", "3", "--rollout-tokens", "1000", "--baseline", "--output-dir", "x"]) == 0
     config = seen["config"]
     assert (config.seed, config.rollout_tokens, config.baseline, config.output_dir) == (3, 1000, True, "x")

@@ -16,9 +16,15 @@ def _demo_parser(sub) -> None:
         help="Train a small local policy with verifiable rewards on a CPU in minutes (offline).",
         description="Build (or load from the cache) a small Qwen2 policy warm-started on integer addition, measure "
         "its held-out pass rate, train it with LooGspoTrainer on a rollout-token budget, and measure again. "
-        "Nothing is downloaded. Writes metrics.json and learning_curve.png to --output-dir.",
+        "Nothing is downloaded. Writes metrics.json and learning_curve.png to --output-dir. Ctrl-C during training "
+        "stops it and writes the results measured so far (exit status 130).",
     )
-    demo.add_argument("--output-dir", default=defaults.output_dir, help="where metrics.json and the PNG go")
+    demo.add_argument(
+        "--output-dir",
+        default=defaults.output_dir,
+        help="where metrics.json and learning_curve.png go (default %(default)s); the results of an earlier run "
+        "there are overwritten, and a line says so",
+    )
     demo.add_argument("--seed", type=int, default=defaults.seed, help="seeds the task split, policy and training")
     budget = demo.add_mutually_exclusive_group()
     budget.add_argument(
@@ -32,7 +38,11 @@ def _demo_parser(sub) -> None:
         "--baseline", action="store_true", help="also train stock trl.GRPOTrainer on the same budget and compare"
     )
     demo.add_argument("--fresh", action="store_true", help="rebuild the warm-started policy instead of the cache")
-    demo.add_argument("--cache-dir", default=None, help="policy cache (default: ~/.cache/trl_loo_gspo)")
+    demo.add_argument(
+        "--cache-dir",
+        default=None,
+        help="policy cache (default: $TRL_LOO_GSPO_CACHE, else ~/.cache/trl_loo_gspo); a damaged entry is rebuilt",
+    )
     demo.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
     demo.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
@@ -82,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         import torch
 
-        from .demo.run import DemoConfig, run_demo
+        from .demo.run import EXIT_INTERRUPTED, DemoConfig, run_demo
 
         torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
         config = DemoConfig(
@@ -96,7 +106,12 @@ def main(argv: list[str] | None = None) -> int:
             learning_rate=args.learning_rate,
             quiet=args.quiet,
         )
-        run_demo(config)
+        try:
+            metrics = run_demo(config)
+        except KeyboardInterrupt:  # before training (warm start, first evaluation): nothing measured, nothing written
+            print(f"Interrupted (Ctrl-C) before training had results to write: nothing written to {args.output_dir}.")
+            return EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED if metrics.get("interrupted") else 0
     return 0
 
 

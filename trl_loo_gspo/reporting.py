@@ -144,13 +144,19 @@ class SummaryTable(TrainerCallback):
         if not state.is_world_process_zero:
             return control
         from rich.console import Console
-        from rich.table import Table
 
         self.rows = summary_rows(state.log_history, self.trainer)
-        table = Table(title=f"LOO-GSPO run summary: {args.output_dir}")
-        table.add_column("measure")
-        table.add_column("value", justify="right")
-        for name, value in self.rows:
-            table.add_row(name, value)
-        Console().print(table)
+        Console().print(summary_table(self.rows, f"LOO-GSPO run summary: {args.output_dir}"))
         return control
+
+
+def summary_table(rows: list[tuple[str, str]], title: str):
+    """The rows of :func:`summary_rows` as a ``rich`` table."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for name, value in rows:
+        table.add_row(name, value)
+    return table

@@ -2,7 +2,8 @@
 
 Built locally, never downloaded. The warm start runs until the policy's *sampled* pass rate on a calibration subset
 of the training split reaches ``target_pass_rate`` (so that GRPO groups have mixed outcomes), then the policy is
-cached under ``cache_dir`` keyed by a hash of every setting; the next run with the same settings loads it.
+cached under ``cache_dir`` keyed by a hash of every setting; the next run with the same settings loads it. A cache
+entry is written atomically and checked against the checksums it records; a damaged one is rebuilt.
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -26,6 +30,8 @@ from .task import AdditionTask
 #: Bump when the way a policy is built changes, so that stale caches are not reused.
 POLICY_FORMAT = 1
 ALPHABET = "0123456789+="
+#: Written last into a cache entry; lists every other file of the entry with its SHA-256.
+META_FILE = "policy.json"
 
 
 @dataclass(frozen=True)
@@ -65,17 +71,19 @@ def load_or_build_policy(
     fresh: bool = False,
     log: Callable[[str], None] = print,
 ):
-    """Return ``(model, tokenizer, info)``; ``info["cached"]`` says whether the warm start was skipped."""
+    """Return ``(model, tokenizer, info)``; ``info["cached"]`` says whether the warm start was skipped.
+
+    A damaged cache entry (a file missing, truncated or not matching the checksum recorded when it was written, or
+    one that fails to load) is reported in one line and rebuilt. Entries are written atomically (see
+    :func:`write_cache_entry`), so an interrupted warm start leaves nothing that would be loaded.
+    """
     prefix = getattr(spec.task, "policy_name", "addition")
     folder = (cache_dir or default_cache_dir()) / f"{prefix}-policy-{spec.key()}"
-    meta_path = folder / "policy.json"
-    if meta_path.exists() and not fresh:
-        info = json.loads(meta_path.read_text())
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
-        tokenizer.padding_side = "left"
-        log(f"Loaded the warm-started policy from {folder}")
-        return model, tokenizer, {**info, "cached": True, "path": str(folder)}
+    if not fresh and folder.exists():
+        try:
+            return _load_entry(folder, log)
+        except Exception as error:  # a damaged entry: any failure to read it means "rebuild"
+            log(f"The cached policy in {folder} is damaged ({_one_line(error)}); rebuilding it.")
 
     log("Warm-starting the policy (supervised phase; cached for the next run)...")
     start = time.perf_counter()
@@ -97,12 +105,124 @@ def load_or_build_policy(
         "parameters": sum(p.numel() for p in model.parameters()),
         "seconds": round(time.perf_counter() - start, 1),
     }
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    meta_path.write_text(json.dumps(info, indent=2))
+    write_cache_entry(folder, model, tokenizer, info)
     log(f"Warm start: {steps} steps, sampled pass rate {calibration:.2f}, {info['seconds']} s; cached in {folder}")
     return model, tokenizer, {**info, "cached": False, "path": str(folder)}
+
+
+class DamagedCacheEntry(Exception):
+    """A policy cache entry that is incomplete or does not match the checksums recorded when it was written."""
+
+
+def _load_entry(folder: Path, log: Callable[[str], None]):
+    """Load a cache entry after checking it against its manifest; raises if it is damaged."""
+    info = check_cache_entry(folder)
+    with _hf_progress_bars_off():
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
+    tokenizer.padding_side = "left"
+    log(f"Loaded the warm-started policy from {folder}")
+    return model, tokenizer, {**info, "cached": True, "path": str(folder)}
+
+
+def check_cache_entry(folder: Path) -> dict:
+    """Return the entry's ``policy.json`` (without its file list) or raise :class:`DamagedCacheEntry`.
+
+    ``policy.json`` is written last and lists every other file with its SHA-256. Entries written before the file
+    list existed have none: they are only checked by loading them.
+    """
+    meta_path = folder / META_FILE
+    if not meta_path.is_file():
+        raise DamagedCacheEntry(f"{META_FILE} is missing")
+    try:
+        info = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as error:
+        raise DamagedCacheEntry(f"{META_FILE} is unreadable: {_one_line(error)}") from error
+    for name, digest in info.pop("files", {}).items():
+        path = folder / name
+        if not path.is_file():
+            raise DamagedCacheEntry(f"{name} is missing")
+        if _sha256(path) != digest:
+            raise DamagedCacheEntry(f"{name} does not match its checksum")
+    return info
+
+
+def write_cache_entry(folder: Path, model, tokenizer, info: dict) -> None:
+    """Write a cache entry atomically: save into a staging folder beside ``folder``, then rename it into place.
+
+    ``policy.json`` (with every file's SHA-256) is written last. If anything interrupts the write the staging folder
+    is removed; a staging folder left by a killed process is never loaded (its name differs) and is swept by a later
+    write once it is an hour old. An existing entry at ``folder`` (``--fresh``, or a damaged one) is replaced.
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    _sweep_stale_staging(folder)
+    staging = folder.with_name(f".{folder.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    staging.mkdir()
+    try:
+        with _hf_progress_bars_off():
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+        files = {path.name: _sha256(path) for path in sorted(staging.iterdir()) if path.is_file()}
+        (staging / META_FILE).write_text(json.dumps({**info, "files": files}, indent=2))
+        _move_into_place(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # (gone already when the rename succeeded)
+
+
+def _move_into_place(staging: Path, folder: Path) -> None:
+    """Rename ``staging`` to ``folder``, replacing an existing ``folder`` (moved aside first, then deleted)."""
+    old = None
+    if folder.exists():
+        old = folder.with_name(f".{folder.name}.old-{uuid.uuid4().hex[:8]}")
+        folder.rename(old)
+    try:
+        staging.rename(folder)
+    except OSError:
+        if not (folder / META_FILE).is_file():  # unless another process has just written the same entry
+            raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _sweep_stale_staging(folder: Path, max_age_s: float = 3600.0) -> None:
+    """Delete staging/old folders of ``folder`` left behind by killed processes (older than ``max_age_s``)."""
+    for leftover in folder.parent.glob(f".{folder.name}.*"):
+        try:
+            if time.time() - leftover.stat().st_mtime > max_age_s:
+                shutil.rmtree(leftover, ignore_errors=True)
+        except OSError:
+            pass  # another process removed it first
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _one_line(error: BaseException, limit: int = 160) -> str:
+    """An exception as one short line (safetensors and transformers errors can span several)."""
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else ""
+    if not isinstance(error, DamagedCacheEntry):
+        text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@contextmanager
+def _hf_progress_bars_off() -> Iterator[None]:
+    """Silence transformers' "Loading weights" / "Writing model shards" bars (carriage returns in a log file)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def supervised_warm_start(model, tokenizer, train, spec: PolicySpec, log: Callable[[str], None]):
