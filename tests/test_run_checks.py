@@ -89,6 +89,10 @@ def test_nothing_trained_reasons():
         3, 0, unscorable, {"f": tally}
     )
     assert "no group carried a comparison signal" in nothing_trained_reason(3, 0, [{"rewards/frac_unscorable": 0}], {})
+    # a run shorter than logging_steps logs no metric: the tallies decide
+    assert "every answer was unscorable" in nothing_trained_reason(3, 0, [], {"f": tally})
+    scored = RewardTally(calls=2, completions=32, none=0)
+    assert "no group carried a comparison signal" in nothing_trained_reason(3, 0, [], {"f": scored})
 
 
 # ------------------------------------------------------------------ in the trainer

@@ -157,7 +157,9 @@ def nothing_trained_reason(
     if effective_tokens > 0:
         return None
     unscorable = [e["rewards/frac_unscorable"] for e in log_history if "rewards/frac_unscorable" in e]
-    if unscorable and min(unscorable) >= 1.0:
+    # the logged fraction (all ranks) when a step was logged; else this rank's tallies (a short run logs nothing)
+    every_function_unscorable = bool(tallies) and all(t.none + t.nan == t.completions for t in tallies.values())
+    if (min(unscorable) >= 1.0) if unscorable else every_function_unscorable:
         named = ", ".join(
             f"{name!r} returned None/NaN for {t.none + t.nan} of {t.completions}" for name, t in tallies.items()
         )
