@@ -105,7 +105,9 @@ def test_a_tiny_real_ablation_on_the_demo_task(tmp_path):
         assert 0.0 <= r["final_pass_rate"] <= 1.0
     saved = json.loads((tmp_path / "out" / "runs" / "loo" / "seed1.json").read_text())
     assert saved["effective_tokens"] is not None and saved["policy_key"]
-    assert "| loo |" in (tmp_path / "out" / "report.md").read_text()
+    assert 0.0 <= saved["valid_groups"] <= 1.0 and 0.0 <= saved["truncation"] <= 1.0  # method §5.2's list
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "| loo |" in text and "## What each variant did with the budget" in text and "| MDE |" in text
 
 
 def test_recipe_plans_need_an_existing_recipe(tmp_path, monkeypatch):

@@ -46,3 +46,17 @@ def test_curve_area():
     assert curve_area([(0, 0.2), (150, 1.0)], 100) == pytest.approx(0.6)  # cut at the budget (clamped point)
     with pytest.raises(ValueError):
         curve_area([(0, 1.0)], 0)
+
+
+def test_minimum_detectable_effect_and_seeds_needed_by_hand():
+    from trl_loo_gspo.ablation_stats import differences_sd, minimum_detectable_effect, seeds_needed
+
+    # n = 5: (t_{0.975,4} + t_{0.80,4}) · sd / √5 = (2.776445 + 0.940965) · 0.02 / 2.236068
+    assert minimum_detectable_effect(0.02, 5) == pytest.approx(3.71741 * 0.02 / 5**0.5, rel=1e-5)
+    assert math.isnan(minimum_detectable_effect(0.02, 1))
+    # large n tends to the normal formula (1.959964 + 0.841621)² (sd/δ)²: ≈ 31.4 for sd = 2δ → 32 with t quantiles
+    assert seeds_needed(0.02, 0.01) == 32 and seeds_needed(0.02, -0.01) == 32
+    assert seeds_needed(0.0, 0.01) == 2 and seeds_needed(0.02, 0.0) is None
+    assert minimum_detectable_effect(0.02, 32) <= 0.01 < minimum_detectable_effect(0.02, 31)
+    diff = paired_difference({0: 0.1, 1: 0.2, 2: 0.3}, {0: 0.2, 1: 0.2, 2: 0.5})
+    assert differences_sd(diff) == pytest.approx(0.1)

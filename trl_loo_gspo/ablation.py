@@ -6,7 +6,8 @@ is evaluated on the validation split at fixed rollout-token checkpoints, and wri
 finished runs are skipped, so a killed ablation continues where it stopped. Then ``results.csv``, ``report.md``
 (paired differences vs the baseline with 95% intervals and a verdict per variant) and ``pass_rate_vs_tokens.png``.
 
-Built-in task: ``demo-addition`` (the offline demo's task and policy). Schema::
+Built-in tasks: ``demo-addition`` (the offline demo's task and policy), ``demo-multistep`` (worked multi-step
+sums, with span signals), ``demo-mixed`` (sums of 1–4 numbers of 1–3 digits: mixed difficulty, lengths). Schema::
 
     output_dir: ablation-demo
     task: demo-addition
@@ -27,6 +28,7 @@ import csv
 import functools
 import json
 import math
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -35,9 +37,16 @@ from typing import Any
 
 import yaml
 
-from .ablation_stats import curve_area, paired_difference, verdict
+from .ablation_stats import (
+    curve_area,
+    differences_sd,
+    minimum_detectable_effect,
+    paired_difference,
+    seeds_needed,
+    verdict,
+)
 
-TASKS = ("demo-addition", "demo-multistep", "recipe")
+TASKS = ("demo-addition", "demo-multistep", "demo-mixed", "recipe")
 BASELINE_TRAINERS = ("grpo", "loo_gspo")
 
 
@@ -128,11 +137,14 @@ def _run_args(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool,
 
 
 def _demo_task(plan: AblationPlan, seed: int):
+    from .demo.mixed import MixedSumTask
     from .demo.multistep import MultiStepTask, MultiStepVerifier
     from .demo.task import AdditionTask, AdditionVerifier
 
     if plan.task == "demo-multistep":
         return MultiStepTask(seed=seed), MultiStepVerifier(emit_spans=True)
+    if plan.task == "demo-mixed":
+        return MixedSumTask(seed=seed), MultiStepVerifier()
     return AdditionTask(seed=seed), AdditionVerifier()
 
 
@@ -142,7 +154,7 @@ def _demo_args(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool
 
     out = Path(plan.output_dir) / "runs" / name / f"seed{seed}"
     settings = _common_args(DemoConfig(output_dir=str(out), seed=seed), out)
-    if plan.task == "demo-multistep":
+    if plan.task in ("demo-multistep", "demo-mixed"):
         settings["max_completion_length"] = task.max_new_tokens
     settings.update(plan.common)
     settings.update(overrides)
@@ -296,6 +308,8 @@ def _train_to_budget(plan, trainer, validation_cb, verifier, name, overrides, is
         "entropy": mean_of("entropy"),
         "kl": mean_of("kl"),
         "filtered_fraction": mean_of("sampling/frac_filtered"),
+        "truncation": mean_of("completions/clipped_ratio"),
+        "valid_groups": mean_of("groups/frac_with_signal"),
         "anomalies": mean_of(f"verifiers/{getattr(verifier, 'name', 'verifier')}/unscorable"),
         "overrides": overrides,
         "process_log": [
@@ -337,33 +351,46 @@ CSV_COLUMNS = (
 )
 
 
-def run_ablation(plan: AblationPlan, runner=run_one) -> list[dict]:
-    """Run every missing (variant, seed), then write the CSV, the report and the plot. Resumable."""
+def run_ablation(plan: AblationPlan, runner=run_one) -> list[dict] | None:
+    """Run every missing (variant, seed), then write the CSV, the report and the plot; return the records.
+
+    Resumable: finished runs are read back, never redone. Several processes may run the same plan at once (e.g. one
+    per core): each claims a run before training it (:mod:`trl_loo_gspo.ablation_claims`) and skips runs another
+    live process holds; the process that finds every run finished writes the outputs, the others return ``None``.
+    """
     from rich.progress import BarColumn, Progress, TextColumn
+
+    from .ablation_claims import claim, release
 
     plan.check_configs()  # every run's config, before the first one trains
     runs = plan.runs()
-    records: list[dict] = []
     with Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f}/{task.total:,.0f}")
     ) as progress:
         overall = progress.add_task("runs", total=len(runs))
         for name, overrides, is_baseline, seed in runs:
             path = _run_path(plan, name, seed)
-            if path.exists():  # finished earlier: never redone
-                records.append(json.loads(path.read_text()))
+            if path.exists() or not claim(path):  # finished earlier, or another process is training it
                 progress.advance(overall)
                 continue
-            current = progress.add_task(f"{name} seed {seed}: rollout tokens", total=plan.rollout_tokens)
-            report_tokens = functools.partial(_update, progress, current)
-            record = runner(plan, name, overrides, is_baseline, seed, report_tokens)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(record, indent=2, default=str))
-            tmp.replace(path)  # atomic: a killed run leaves no half-written record
-            records.append(record)
-            progress.remove_task(current)
+            try:
+                if path.exists():  # finished by another process between the check and the claim
+                    continue
+                current = progress.add_task(f"{name} seed {seed}: rollout tokens", total=plan.rollout_tokens)
+                report_tokens = functools.partial(_update, progress, current)
+                record = runner(plan, name, overrides, is_baseline, seed, report_tokens)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_text(json.dumps(record, indent=2, default=str))
+                tmp.replace(path)  # atomic: a killed run leaves no half-written record
+                progress.remove_task(current)
+            finally:
+                release(path)
             progress.advance(overall)
+    missing = [(name, seed) for name, _, _, seed in runs if not _run_path(plan, name, seed).exists()]
+    if missing:  # still being trained by another process: the one that finishes last writes the outputs
+        return None
+    records = [json.loads(_run_path(plan, name, seed).read_text()) for name, _, _, seed in runs]
     write_outputs(plan, records)
     return records
 
@@ -403,8 +430,9 @@ def report(plan: AblationPlan, records: list[dict]) -> str:
         "Primary metric: final sampled pass rate on the held-out "
         "validation split; differences are paired by seed with a 95% t interval over seeds.",
         "",
-        "| variant | n | final pass rate | Δ vs baseline | 95% CI | Δ AUC | verdict | gen. tokens | eff. tokens |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| variant | n | final pass rate | Δ vs baseline | 95% CI | Δ AUC | verdict | MDE | seeds for Δ "
+        "| gen. tokens | eff. tokens |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, runs in by_name.items():
         final = {s: r["final_pass_rate"] for s, r in runs.items()}
@@ -414,16 +442,25 @@ def report(plan: AblationPlan, records: list[dict]) -> str:
         eff = f"{sum(eff_values) / len(eff_values):,.0f}" if eff_values else "—"
         if name == base_name:
             lines.append(
-                f"| {name} (baseline) | {len(runs)} | {mean_final:.3f} | — | — | — | — | {gen:,.0f} | {eff} |"
+                f"| {name} (baseline) | {len(runs)} | {mean_final:.3f} | — | — | — | — | — | — | {gen:,.0f} | {eff} |"
             )
             continue
         diff = paired_difference({s: r["final_pass_rate"] for s, r in baseline.items()}, final)
         auc = paired_difference({s: r["auc"] for s, r in baseline.items()}, {s: r["auc"] for s, r in runs.items()})
         ci = f"[{diff.low:+.3f}, {diff.high:+.3f}]" if diff.n >= 2 else "n < 2"
+        sd = differences_sd(diff)
+        mde = minimum_detectable_effect(sd, diff.n)
+        needed = seeds_needed(sd, diff.mean)
         lines.append(
             f"| {name} | {diff.n} | {mean_final:.3f} | {diff.mean:+.3f} | {ci} | {auc.mean:+.3f} | {verdict(diff)} "
-            f"| {gen:,.0f} | {eff} |"
+            f"| {'—' if math.isnan(mde) else f'{mde:.3f}'} | {needed or '—'} | {gen:,.0f} | {eff} |"
         )
+    lines += [
+        "",
+        "MDE: the smallest paired difference this many seeds detects with 80% power at the 5% level, given the "
+        "spread of the observed differences; seeds for Δ: how many seeds would make the observed Δ detectable.",
+    ]
+    lines += diagnostics_section(by_name)
     lines += [
         "",
         "Caveats (method §5.2): every run had the same budget of *generated* tokens, which does not mean the same "
@@ -434,6 +471,44 @@ def report(plan: AblationPlan, records: list[dict]) -> str:
     ]
     lines += process_section(records)
     return "\n".join(lines) + "\n"
+
+
+#: Per-variant diagnostics of the report (record key, column title, format), means over seeds (method §5.2's list).
+DIAGNOSTICS = (
+    ("valid_groups", "groups with signal", ".3f"),
+    ("filtered_fraction", "filtered", ".3f"),
+    ("clip_fraction", "clip fraction", ".4f"),
+    ("truncation", "truncated", ".3f"),
+    ("entropy", "entropy", ".3f"),
+    ("steps", "steps", ".0f"),
+    ("generated_tokens", "gen. tokens", ",.0f"),
+    ("effective_tokens", "eff. tokens", ",.0f"),
+    ("seconds", "wall s", ".0f"),
+)
+
+
+def diagnostics_section(by_name: dict[str, dict[int, dict]]) -> list[str]:
+    """What each variant did with its budget, means over its seeds ("—" where a run did not log the value)."""
+
+    def mean(runs: dict[int, dict], key: str, spec: str) -> str:
+        values = [r[key] for r in runs.values() if isinstance(r.get(key), (int, float)) and not math.isnan(r[key])]
+        return format(sum(values) / len(values), spec) if values else "—"
+
+    lines = [
+        "",
+        "## What each variant did with the budget (means over seeds)",
+        "",
+        "Training-time means over the logged steps: groups with signal (`groups/frac_with_signal`), filtered "
+        "(`sampling/frac_filtered`, dynamic sampling only), clip fraction (answers on a clipped branch; token-level "
+        "for TRL's losses), truncated (`completions/clipped_ratio`), entropy (nats/token); then the run's optimizer "
+        "steps, generated and effective tokens (tokens of answers with a non-zero advantage) and wall time.",
+        "",
+        "| variant | " + " | ".join(title for _, title, _ in DIAGNOSTICS) + " |",
+        "|---|" + "---|" * len(DIAGNOSTICS),
+    ]
+    for name, runs in by_name.items():
+        lines.append(f"| {name} | " + " | ".join(mean(runs, key, spec) for key, _, spec in DIAGNOSTICS) + " |")
+    return lines
 
 
 def process_section(records: list[dict]) -> list[str]:

@@ -16,6 +16,14 @@ _T975 = (
 )  # fmt: skip
 
 
+# One-sided 80% quantiles t_{0.80, df} (power 0.8), df = 1..30 (standard table values); the normal 0.841621 beyond.
+_T80 = (
+    1.376382, 1.060660, 0.978472, 0.940965, 0.919544, 0.905703, 0.896030, 0.888890, 0.883404, 0.879058,
+    0.875530, 0.872609, 0.870152, 0.868055, 0.866245, 0.864667, 0.863279, 0.862049, 0.860951, 0.859964,
+    0.859074, 0.858266, 0.857530, 0.856855, 0.856236, 0.855665, 0.855137, 0.854647, 0.854192, 0.853767,
+)  # fmt: skip
+
+
 def t_quantile_975(df: int) -> float:
     """t_{0.975} for ``df`` degrees of freedom (two-sided 95%)."""
     if df < 1:
@@ -47,6 +55,37 @@ def paired_difference(baseline: dict[int, float], variant: dict[int, float]) -> 
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
     half = t_quantile_975(n - 1) * sd / math.sqrt(n)
     return PairedDifference(mean, mean - half, mean + half, n, diffs)
+
+
+def differences_sd(difference: PairedDifference) -> float:
+    """Sample standard deviation of the paired differences (NaN with fewer than 2)."""
+    d, n = difference.differences, difference.n
+    if n < 2:
+        return math.nan
+    return math.sqrt(sum((x - difference.mean) ** 2 for x in d) / (n - 1))
+
+
+def minimum_detectable_effect(sd: float, n: int) -> float:
+    """The smallest true paired difference a two-sided 5% paired t test over ``n`` seeds detects with 80% power,
+    for differences with standard deviation ``sd``: (t_{0.975, n−1} + t_{0.80, n−1}) · sd / √n (normal-theory
+    approximation with the t quantiles)."""
+    if n < 2 or math.isnan(sd):
+        return math.nan
+    t80 = _T80[n - 2] if n - 1 <= len(_T80) else 0.841621
+    return (t_quantile_975(n - 1) + t80) * sd / math.sqrt(n)
+
+
+def seeds_needed(sd: float, effect: float, limit: int = 10_000) -> int | None:
+    """The number of paired seeds at which ``effect`` becomes the minimum detectable effect (5%, power 80%), for
+    differences with standard deviation ``sd``; ``None`` when it is above ``limit`` or undefined."""
+    if math.isnan(sd) or math.isnan(effect) or effect == 0:
+        return None
+    if sd == 0:
+        return 2
+    for n in range(2, limit + 1):
+        if minimum_detectable_effect(sd, n) <= abs(effect):
+            return n
+    return None
 
 
 def verdict(difference: PairedDifference) -> str:

@@ -84,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         plan = AblationPlan.from_yaml(args.config)
         if args.output_dir:
             plan.output_dir = args.output_dir
-        run_ablation(plan)
-        print(f"Wrote {plan.output_dir}/results.csv, report.md and pass_rate_vs_tokens.png")
+        if run_ablation(plan) is None:
+            print("Other `ablate` processes are still training runs of this plan; the last one writes the report.")
+        else:
+            print(f"Wrote {plan.output_dir}/results.csv, report.md and pass_rate_vs_tokens.png")
         return 0
 
     if args.command == "demo":

@@ -63,3 +63,51 @@ def pass_rates(
 def _score(tokenizer, completion_ids: torch.Tensor, rows: list[dict], score) -> float:
     texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
     return sum(score(text, row) for text, row in zip(texts, rows, strict=True))
+
+
+@torch.no_grad()
+def sample_groups(
+    model,
+    tokenizer,
+    dataset: Dataset,
+    num_generations: int,
+    max_new_tokens: int,
+    score: Callable[[str, dict[str, Any]], float],
+    temperature: float = 1.0,
+    batch_size: int = 256,
+    seed: int = 0,
+) -> tuple[list[list[float]], list[list[int]]]:
+    """Sample ``num_generations`` answers per problem as training does (top-k and top-p off) and return, per
+    problem, the answers' scores and their valid lengths in tokens (up to and including the first end-of-sequence
+    token, as TRL's completion mask counts them; ``max_new_tokens`` for a truncated answer). Seeded without
+    touching the caller's RNG state."""
+    was_training = model.training
+    model.eval()
+    scores: list[list[float]] = []
+    lengths: list[list[int]] = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for start in range(0, len(dataset), batch_size):
+            rows = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
+            enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = {k: v.to(model.device) for k, v in enc.items()}
+            out = model.generate(
+                **enc,
+                do_sample=True,
+                temperature=temperature,
+                top_k=0,
+                top_p=1.0,
+                num_return_sequences=num_generations,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+            completions = out[:, enc["input_ids"].size(1) :]
+            texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
+            is_eos = completions == tokenizer.eos_token_id
+            first = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1) + 1, completions.size(1))
+            for i, row in enumerate(rows):
+                group = slice(i * num_generations, (i + 1) * num_generations)
+                scores.append([score(text, row) for text in texts[group]])
+                lengths.append([int(n) for n in first[group]])
+    model.train(was_training)
+    return scores, lengths

@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from ..tiny import char_tokenizer, tiny_qwen2
 from .evaluate import pass_rates
+from .mixed import MixedSumTask
 from .multistep import MultiStepTask
 from .task import AdditionTask
 
@@ -38,7 +39,7 @@ META_FILE = "policy.json"
 class PolicySpec:
     """Everything that determines the warm-started policy (and so its cache key)."""
 
-    task: AdditionTask | MultiStepTask = field(default_factory=AdditionTask)
+    task: AdditionTask | MultiStepTask | MixedSumTask = field(default_factory=AdditionTask)
     hidden_size: int = 128
     num_hidden_layers: int = 2
     intermediate_size: int = 512
@@ -53,7 +54,7 @@ class PolicySpec:
 
     def key(self) -> str:
         payload = {"format": POLICY_FORMAT, **asdict(self)}
-        if isinstance(self.task, MultiStepTask):  # (addition keys stay as they were: existing caches remain valid)
+        if not isinstance(self.task, AdditionTask):  # (addition keys stay as they were: existing caches stay valid)
             payload["task_kind"] = self.task.policy_name
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 

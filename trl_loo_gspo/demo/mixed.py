@@ -1,0 +1,147 @@
+"""A mixed-difficulty sum task on which each component of the method has something to act on.
+
+Problems add 1 to 4 numbers, each of 1 to 3 digits (``7=``, ``12+345=``, ``5+67+890+12=``), in equal shares per
+number of terms. The expected completion writes one step per addition, left to right, as in
+:mod:`~trl_loo_gspo.demo.multistep` (``12+345=357``); a single number is copied (``7=`` → ``7``). The final check is
+exact (:func:`~trl_loo_gspo.demo.multistep.final_score`: the last step's result, or a bare integer).
+
+Why this task (the demo's 2-digit addition gives each component almost nothing to act on):
+
+* **Dynamic sampling** needs groups without a comparison signal. Copying one number is learned at once (groups all
+  right) and four 3-digit numbers stay out of reach of a 0.5M-parameter policy for a long time (groups all wrong), so
+  a large share of groups starts degenerate (measured: ``benchmarks/mixed_task_profile.py``).
+* **Token-total aggregation** weights an answer by its length T_i; here lengths run from 1 character (a copied
+  digit) to ~38 (three steps with 4-digit sums): a several-fold spread, and length correlates with difficulty.
+* **LOO vs group-mean vs std-scaled advantages** differ most when groups are small and pass rates vary by prompt.
+* **Response-level clipping** differs from token-level clipping most on long answers.
+
+The split is made over the *multiset* of the numbers within each number of terms (a permutation of a validation
+problem never appears in training), and the validation split has the same mix of terms as training.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from datasets import Dataset
+
+from .multistep import _row, final_score
+
+
+@dataclass(frozen=True)
+class MixedSumTask:
+    """Settings of the mixed-difficulty sum task: ``train_per_terms`` / ``validation_per_terms`` problems for each
+    number of terms 1 … ``max_terms``, numbers of 1 … ``max_digits`` digits (digit count uniform, then the value)."""
+
+    max_terms: int = 4
+    max_digits: int = 3
+    train_per_terms: int = 900
+    validation_per_terms: int = 100
+    seed: int = 0
+
+    #: The policy's character set and the cache folder prefix (see ``demo.policy``).
+    alphabet = "0123456789+=;"
+    policy_name = "mixedsum"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_terms <= 4 or not 1 <= self.max_digits <= 3:
+            raise ValueError(f"max_terms must be in [1, 4] and max_digits in [1, 3], got {self.max_terms}, "
+                             f"{self.max_digits}")  # fmt: skip
+        capacity = 10**self.max_digits  # distinct one-term problems: 0 … 10**max_digits − 1
+        if self.train_per_terms <= 0 or self.validation_per_terms <= 0:
+            raise ValueError("train_per_terms and validation_per_terms must be > 0")
+        if self.train_per_terms + self.validation_per_terms > capacity:
+            raise ValueError(
+                f"train_per_terms + validation_per_terms must be <= {capacity} (the distinct one-term problems)"
+            )
+
+    @property
+    def max_new_tokens(self) -> int:
+        """Enough characters for every step of the largest problem, plus the end-of-sequence token."""
+        width = len(str((10**self.max_digits - 1) * self.max_terms))
+        return max(self.max_terms - 1, 1) * (3 * width + 3) + 1
+
+    def settings(self) -> dict:
+        return asdict(self)
+
+    def splits(self) -> tuple[Dataset, Dataset]:
+        """``(train, validation)`` with ``prompt``, ``answer``, ``operands``, ``solution`` and ``terms``; disjoint by
+        the multiset of the operands; rows shuffled (the warm start calibrates on the first training rows)."""
+        rng = random.Random(self.seed)
+        train: list[dict[str, Any]] = []
+        validation: list[dict[str, Any]] = []
+        for terms in range(1, self.max_terms + 1):
+            seen: set[tuple[int, ...]] = set()
+            rows: list[dict[str, Any]] = []
+            while len(rows) < self.train_per_terms + self.validation_per_terms:
+                numbers = [self._number(rng) for _ in range(terms)]
+                key = tuple(sorted(numbers))
+                if key in seen:
+                    continue
+                seen.add(key)
+                rows.append(_problem(numbers))
+            validation += rows[: self.validation_per_terms]
+            train += rows[self.validation_per_terms :]
+        rng.shuffle(train)
+        rng.shuffle(validation)
+        return Dataset.from_list(train), Dataset.from_list(validation)
+
+    def _number(self, rng: random.Random) -> int:
+        digits = rng.randint(1, self.max_digits)
+        return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
+
+    def score(self, completion: str, row: dict[str, Any]) -> float:
+        """The final check for one completion (used by the warm start's pass-rate measurement)."""
+        return final_score(completion, row["answer"])
+
+
+def _problem(numbers: list[int]) -> dict[str, Any]:
+    """A row of the multi-step task; one number is copied (its solution is the number itself)."""
+    row = _row(numbers) if len(numbers) > 1 else {
+        "prompt": f"{numbers[0]}=", "answer": str(numbers[0]), "operands": numbers, "solution": str(numbers[0]),
+    }  # fmt: skip
+    return {**row, "terms": len(numbers)}
+
+
+def group_profile(scores: list[list[float]], lengths: list[list[int]], labels: list[Any]) -> dict[str, Any]:
+    """What dynamic sampling and token-total aggregation have to act on, from sampled groups.
+
+    ``scores[i]`` / ``lengths[i]``: the answers of problem i (scores, valid lengths in tokens); ``labels[i]``: its
+    stratum (e.g. the number of terms). Returns the fraction of degenerate groups (all scores equal: all right or
+    all wrong) overall and per label, the pass rate per label, and the spread of answer lengths (percentiles and
+    the ratio of the 90th to the 10th percentile).
+    """
+
+    def share(groups: list[list[float]], test) -> float:
+        return sum(test(g) for g in groups) / len(groups) if groups else float("nan")
+
+    def percentile(values: list[int], q: float) -> float:
+        ordered = sorted(values)
+        return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
+
+    by_label: dict[Any, list[int]] = {}
+    for i, label in enumerate(labels):
+        by_label.setdefault(label, []).append(i)
+    flat = [n for group in lengths for n in group]
+    profile = {
+        "groups": len(scores),
+        "group_size": len(scores[0]) if scores else 0,
+        "degenerate": share(scores, lambda g: len(set(g)) == 1),
+        "all_right": share(scores, lambda g: min(g) == 1.0),
+        "all_wrong": share(scores, lambda g: max(g) == 0.0),
+        "length_tokens": {q: percentile(flat, p) for q, p in (("p10", 0.1), ("p50", 0.5), ("p90", 0.9))},
+        "length_min_max": [min(flat), max(flat)],
+        "per_label": {},
+    }
+    profile["length_p90_over_p10"] = profile["length_tokens"]["p90"] / max(profile["length_tokens"]["p10"], 1.0)
+    for label, rows in sorted(by_label.items()):
+        groups = [scores[i] for i in rows]
+        profile["per_label"][str(label)] = {
+            "groups": len(rows),
+            "degenerate": share(groups, lambda g: len(set(g)) == 1),
+            "pass_rate": sum(sum(g) for g in groups) / sum(len(g) for g in groups),
+            "mean_length_tokens": sum(sum(lengths[i]) for i in rows) / sum(len(lengths[i]) for i in rows),
+        }
+    return profile
