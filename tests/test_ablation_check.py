@@ -80,3 +80,15 @@ def test_every_runs_config_is_built_before_the_first_run(tmp_path, no_training):
 def test_a_valid_plan_passes_the_check(tmp_path, no_training):
     plan = AblationPlan.from_yaml(write(tmp_path, BASE))
     assert [name for name, *_ in plan.runs()] == ["grpo", "loo_gspo", "grpo", "loo_gspo"]
+
+
+def test_the_command_line_prints_the_problems_without_a_traceback(tmp_path, no_training, capsys):
+    from trl_loo_gspo.cli import main
+
+    plan = {**BASE, "variants": [{"name": "loo_gspo", "confg": {}}]}
+    assert main(["ablate", str(write(tmp_path, plan))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trl-loo-gspo ablate: error: ablation plan") and "did you mean 'config'?" in err
+    assert "Traceback" not in err
+    assert main(["ablate", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err

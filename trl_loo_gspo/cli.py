@@ -81,7 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
         from .ablation import AblationPlan, run_ablation
 
-        plan = AblationPlan.from_yaml(args.config)
+        try:
+            plan = AblationPlan.from_yaml(args.config)
+        except (OSError, ValueError) as error:  # a bad plan: its problems, not a traceback
+            print(f"trl-loo-gspo ablate: error: {error}", file=sys.stderr)
+            return 2
         if args.output_dir:
             plan.output_dir = args.output_dir
         if run_ablation(plan) is None:
