@@ -14,6 +14,7 @@ import dataclasses
 import sys
 import textwrap
 
+from transformers import TrainingArguments
 from trl import GRPOConfig, ModelConfig, TrlParser
 
 USAGE = (
@@ -49,7 +50,7 @@ class TrainParser(TrlParser):
         self.formatter_class = argparse.RawDescriptionHelpFormatter
         # Which dataclass each destination comes from, in the order the help shows them.
         ours = set(getattr(config_cls, "__annotations__", {}))  # fields LooGspoConfig declares (or re-declares)
-        grpo = _field_names(GRPOConfig) - _field_names(GRPOConfig.__mro__[1]) - ours
+        grpo = _field_names(GRPOConfig) - _field_names(TrainingArguments) - ours
         self._described = [
             (f"task, data, verifier and validation ({script_cls.__name__})", _field_names(script_cls)),
             (f"the method ({config_cls.__name__}: its own flags and the GRPO fields it sets)", ours),
