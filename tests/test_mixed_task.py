@@ -99,3 +99,13 @@ def test_the_shipped_mixed_plan_checks_and_is_balanced():
         "full-response_clipping",
     }
     assert {n for n in names if n.startswith("gspo+")} == {"gspo+loo", "gspo+token_total", "gspo+dynamic_sampling"}
+
+
+def test_the_shipped_mixed_plan_updates_off_policy_so_that_clipping_can_act():
+    from trl_loo_gspo.ablation import _run_args
+
+    plan = AblationPlan.from_yaml(ROOT / "recipes" / "ablations" / "mixed.yaml")
+    for variant in plan.variants:
+        args = _run_args(plan, variant["name"], variant["config"], False, 0)
+        assert args.steps_per_generation > args.gradient_accumulation_steps  # several updates per generation round
+        assert args.generation_batch_size == 256 and args.num_generations == 8

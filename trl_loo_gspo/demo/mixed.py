@@ -14,7 +14,9 @@ Why this task (the demo's 2-digit addition gives each component almost nothing t
   and the end of sequence) to ~40 (three steps with 4-digit sums): p90/p10 ≈ 8 at the warm start, and length
   correlates with difficulty.
 * **LOO vs group-mean vs std-scaled advantages** differ most when groups are small and pass rates vary by prompt.
-* **Response-level clipping** differs from token-level clipping most on long answers.
+* **Response-level clipping** differs from token-level clipping most on long answers, and only off-policy: the
+  plan (`recipes/ablations/mixed.yaml`) makes 4 optimizer steps per generation round (on-policy, every ratio is 1
+  and the two clip rules give the same update).
 
 The split is made over the *multiset* of the numbers within each number of terms (a permutation of a validation
 problem never appears in training), and the validation split has the same mix of terms as training.
