@@ -189,3 +189,13 @@ def test_a_tiny_process_ablation_on_the_multistep_task(tmp_path):
     assert "(LooGspoTrainer)" in text and "## Process signal vs final verification (method §6)" in text
     with pytest.raises(ValueError, match="baseline.trainer"):
         plan_for(tmp_path, baseline={"name": "x", "trainer": "ppo", "config": {}})
+
+
+def test_contrasts_between_variants_are_reported_paired_and_checked(tmp_path):
+    with pytest.raises(ValueError, match=r"contrasts entries are \[a, b\] pairs of run names"):
+        plan_for(tmp_path, contrasts=[["loo", "nope"]])
+    plan = plan_for(tmp_path, contrasts=[["loo_dyn", "loo"]])
+    records = run_ablation(plan, fake_runner([], {"loo": 0.01, "loo_dyn": 0.03}))
+    text = report(plan, records)
+    row = next(line for line in text.splitlines() if line.startswith("| loo_dyn − loo |"))
+    assert row.startswith("| loo_dyn − loo | 3 | +0.020 | [+0.020, +0.020] |") and "| better |" in row

@@ -64,6 +64,7 @@ class AblationPlan:
     policy: dict[str, Any] = field(default_factory=dict)  # PolicySpec overrides (tests use a tiny policy)
     recipe: str | None = None  # task "recipe": a `trl-loo-gspo train` YAML (model, data, verifier, validation)
     recipe_overrides: list[str] = field(default_factory=list)  # command-line flags applied on top of the recipe
+    contrasts: list[list[str]] = field(default_factory=list)  # [a, b] pairs reported as a − b, paired by seed
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> AblationPlan:
@@ -109,6 +110,9 @@ class AblationPlan:
         names = [self.baseline.get("name", "baseline")] + [v["name"] for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"run names must be unique, got {names}")
+        for pair in self.contrasts:
+            if not (isinstance(pair, list) and len(pair) == 2 and all(name in names for name in pair)):
+                raise ValueError(f"contrasts entries are [a, b] pairs of run names (from {names}), got {pair!r}")
 
     @property
     def stock_baseline(self) -> bool:
@@ -445,21 +449,14 @@ def report(plan: AblationPlan, records: list[dict]) -> str:
                 f"| {name} (baseline) | {len(runs)} | {mean_final:.3f} | — | — | — | — | — | — | {gen:,.0f} | {eff} |"
             )
             continue
-        diff = paired_difference({s: r["final_pass_rate"] for s, r in baseline.items()}, final)
-        auc = paired_difference({s: r["auc"] for s, r in baseline.items()}, {s: r["auc"] for s, r in runs.items()})
-        ci = f"[{diff.low:+.3f}, {diff.high:+.3f}]" if diff.n >= 2 else "n < 2"
-        sd = differences_sd(diff)
-        mde = minimum_detectable_effect(sd, diff.n)
-        needed = seeds_needed(sd, diff.mean)
-        lines.append(
-            f"| {name} | {diff.n} | {mean_final:.3f} | {diff.mean:+.3f} | {ci} | {auc.mean:+.3f} | {verdict(diff)} "
-            f"| {'—' if math.isnan(mde) else f'{mde:.3f}'} | {needed or '—'} | {gen:,.0f} | {eff} |"
-        )
+        n, cells = _paired_cells(runs, baseline)
+        lines.append(f"| {name} | {n} | {mean_final:.3f} | {cells} | {gen:,.0f} | {eff} |")
     lines += [
         "",
         "MDE: the smallest paired difference this many seeds detects with 80% power at the 5% level, given the "
         "spread of the observed differences; seeds for Δ: how many seeds would make the observed Δ detectable.",
     ]
+    lines += contrast_section(plan, by_name)
     lines += diagnostics_section(by_name)
     lines += [
         "",
@@ -471,6 +468,38 @@ def report(plan: AblationPlan, records: list[dict]) -> str:
     ]
     lines += process_section(records)
     return "\n".join(lines) + "\n"
+
+
+def _paired_cells(a: dict[int, dict], b: dict[int, dict]) -> tuple[int, str]:
+    """``(n, cells)``: the paired figures of ``a − b`` over the seeds both have, as table cells — Δ final pass rate,
+    95% CI, Δ AUC, verdict, minimum detectable effect, seeds that would make Δ detectable."""
+    diff = paired_difference(
+        {s: r["final_pass_rate"] for s, r in b.items()}, {s: r["final_pass_rate"] for s, r in a.items()}
+    )
+    auc = paired_difference({s: r["auc"] for s, r in b.items()}, {s: r["auc"] for s, r in a.items()})
+    ci = f"[{diff.low:+.3f}, {diff.high:+.3f}]" if diff.n >= 2 else "n < 2"
+    sd = differences_sd(diff)
+    mde = minimum_detectable_effect(sd, diff.n)
+    needed = seeds_needed(sd, diff.mean)
+    mde_cell = "—" if math.isnan(mde) else f"{mde:.3f}"
+    return diff.n, f"{diff.mean:+.3f} | {ci} | {auc.mean:+.3f} | {verdict(diff)} | {mde_cell} | {needed or '—'}"
+
+
+def contrast_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]]) -> list[str]:
+    """The plan's ``contrasts`` (e.g. a component added to GSPO, or removed from the full combination), paired."""
+    if not plan.contrasts:
+        return []
+    lines = [
+        "",
+        "## Contrasts between variants (a − b, paired by seed)",
+        "",
+        "| contrast | n | Δ final pass rate | 95% CI | Δ AUC | verdict | MDE | seeds for Δ |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for a, b in plan.contrasts:
+        n, cells = _paired_cells(by_name.get(a, {}), by_name.get(b, {}))
+        lines.append(f"| {a} − {b} | {n} | {cells} |")
+    return lines
 
 
 #: Per-variant diagnostics of the report (record key, column title, format), means over seeds (method §5.2's list).
