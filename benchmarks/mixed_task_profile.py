@@ -32,7 +32,12 @@ def profile_seed(seed: int, problems: int, k: int) -> dict:
     start = time.perf_counter()
     policy, tokenizer, info = load_or_build_policy(PolicySpec(task=task, seed=seed), log=lambda _: None)
     built = time.perf_counter() - start
-    out = {"seed": seed, "policy_key": info["key"], "warm_start_steps": info.get("sft_steps"), "load_s": round(built, 1)}
+    out = {
+        "seed": seed,
+        "policy_key": info["key"],
+        "warm_start_steps": info.get("sft_steps"),
+        "load_s": round(built, 1),
+    }
     for name, split in zip(("train", "validation"), task.splits(), strict=True):
         rows = split.select(range(min(problems, len(split))))
         scores, lengths = sample_groups(policy, tokenizer, rows, k, task.max_new_tokens, task.score, seed=seed)
