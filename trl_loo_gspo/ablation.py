@@ -359,12 +359,13 @@ def run_ablation(plan: AblationPlan, runner=run_one) -> list[dict] | None:
     """Run every missing (variant, seed), then write the CSV, the report and the plot; return the records.
 
     Resumable: finished runs are read back, never redone. Several processes may run the same plan at once (e.g. one
-    per core): each claims a run before training it (:mod:`trl_loo_gspo.ablation_claims`) and skips runs another
-    live process holds; the process that finds every run finished writes the outputs, the others return ``None``.
+    per core): each claims a run before training it (:mod:`trl_loo_gspo.ablation_claims`, a file lock) and skips
+    runs another live process holds; the process that finds every run finished writes the outputs, the others
+    return ``None``.
     """
     from rich.progress import BarColumn, Progress, TextColumn
 
-    from .ablation_claims import claim, release
+    from .ablation_claims import claim
 
     plan.check_configs()  # every run's config, before the first one trains
     runs = plan.runs()
@@ -374,7 +375,8 @@ def run_ablation(plan: AblationPlan, runner=run_one) -> list[dict] | None:
         overall = progress.add_task("runs", total=len(runs))
         for name, overrides, is_baseline, seed in runs:
             path = _run_path(plan, name, seed)
-            if path.exists() or not claim(path):  # finished earlier, or another process is training it
+            lock = None if path.exists() else claim(path)
+            if lock is None:  # finished earlier, or another process is training it
                 progress.advance(overall)
                 continue
             try:
@@ -389,7 +391,7 @@ def run_ablation(plan: AblationPlan, runner=run_one) -> list[dict] | None:
                 tmp.replace(path)  # atomic: a killed run leaves no half-written record
                 progress.remove_task(current)
             finally:
-                release(path)
+                lock.release()
             progress.advance(overall)
     missing = [(name, seed) for name, _, _, seed in runs if not _run_path(plan, name, seed).exists()]
     if missing:  # still being trained by another process: the one that finishes last writes the outputs
