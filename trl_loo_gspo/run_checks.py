@@ -65,8 +65,16 @@ def _is_reward(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.numel() == 1 and not value.dtype.is_complex
 
 
-def check_reward_output(output: Any, name: str, expected: int) -> None:
-    """Raise ``TypeError`` naming the reward function when its output is not one number (or ``None``) per completion.
+def _as_list(output: Any) -> list:
+    """A reward function's output (list, tuple, NumPy array, tensor) as a list, without copying a list."""
+    if isinstance(output, list):
+        return output
+    return output.tolist() if hasattr(output, "tolist") else list(output)
+
+
+def check_reward_output(output: Any, name: str, expected: int) -> list:
+    """Raise ``TypeError`` naming the reward function when its output is not one number (or ``None``) per completion;
+    else return the output as a list.
 
     ``expected`` is the number of completions it was called with. Lengths are also checked by TRL; the message here
     is the same kind, for the cases TRL's conversion fails on first.
@@ -82,7 +90,7 @@ def check_reward_output(output: Any, name: str, expected: int) -> None:
             f"reward function {name!r} returned a {type(output).__name__}, not a list of {expected} rewards (one "
             "float, or None for 'cannot score', per completion)."
         )
-    values = output.tolist() if hasattr(output, "tolist") and not isinstance(output, list) else list(output)
+    values = _as_list(output)
     if len(values) != expected:
         raise ValueError(
             f"reward function {name!r} returned {len(values)} rewards for {expected} completions: it must return "
@@ -95,6 +103,7 @@ def check_reward_output(output: Any, name: str, expected: int) -> None:
                 "rewards must be numbers (float, int, bool), or None for an answer that cannot be scored"
                 + (" — convert it with float()." if isinstance(value, str) else ".")
             )
+    return values
 
 
 @dataclass
@@ -107,7 +116,7 @@ class RewardTally:
     nan: int = 0
 
     def add(self, output: Any) -> None:
-        values = output.tolist() if hasattr(output, "tolist") and not isinstance(output, list) else list(output)
+        values = _as_list(output)
         self.calls += 1
         self.completions += len(values)
         self.none += sum(v is None for v in values)
@@ -115,9 +124,9 @@ class RewardTally:
 
 
 def _after_call(output: Any, name: str, expected: int, tally: RewardTally) -> Any:
-    check_reward_output(output, name, expected)
+    values = check_reward_output(output, name, expected)
     before = tally.nan
-    tally.add(output)
+    tally.add(values)
     if tally.nan and not before:
         logger.warning(
             f"reward function {name!r} returned NaN for {tally.nan} of {tally.completions} completions so far: NaN "
