@@ -44,20 +44,26 @@ def pass_rates(
             out = model.generate(**enc, do_sample=False, **common)
             greedy += _score(tokenizer, out[:, enc["input_ids"].size(1) :], batch_rows, score)
             if samples:
-                out = model.generate(
-                    **enc,
-                    do_sample=True,
-                    temperature=temperature,
-                    top_k=0,
-                    top_p=1.0,
-                    num_return_sequences=samples,
-                    **common,
-                )
+                out = _sample(model, tokenizer, enc, samples, temperature, max_new_tokens)
                 repeated = [r for r in batch_rows for _ in range(samples)]
                 sampled += _score(tokenizer, out[:, enc["input_ids"].size(1) :], repeated, score) / samples
     model.train(was_training)
     n = max(len(prompts), 1)
     return {"greedy": greedy / n, "sampled": sampled / n if samples else float("nan")}
+
+
+def _sample(model, tokenizer, enc: dict, samples: int, temperature: float, max_new_tokens: int) -> torch.Tensor:
+    """``samples`` answers per prompt, sampled as training samples them (top-k and top-p off)."""
+    return model.generate(
+        **enc,
+        do_sample=True,
+        temperature=temperature,
+        top_k=0,
+        top_p=1.0,
+        num_return_sequences=samples,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+    )
 
 
 def _score(tokenizer, completion_ids: torch.Tensor, rows: list[dict], score) -> float:
@@ -91,16 +97,7 @@ def sample_groups(
             rows = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
             enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True, add_special_tokens=False)
             enc = {k: v.to(model.device) for k, v in enc.items()}
-            out = model.generate(
-                **enc,
-                do_sample=True,
-                temperature=temperature,
-                top_k=0,
-                top_p=1.0,
-                num_return_sequences=num_generations,
-                max_new_tokens=max_new_tokens,
-                pad_token_id=tokenizer.pad_token_id,
-            )
+            out = _sample(model, tokenizer, enc, num_generations, temperature, max_new_tokens)
             completions = out[:, enc["input_ids"].size(1) :]
             texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
             is_eos = completions == tokenizer.eos_token_id
