@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -31,6 +32,7 @@ from .config import LooGspoConfig
 from .dynamic_sampling import DynamicSamplingMixin
 from .entropy_feedback import EntropyFeedbackMixin
 from .forward import ForwardMixin
+from .launch import engine_warning, launch_error, requested_engine
 from .loss_metrics import LossMetricsMixin
 from .objective import TRL_ADVANTAGES
 from .process_feedback import ProcessFeedbackMixin
@@ -101,6 +103,7 @@ class LooGspoTrainer(
         self._check_launch()
         self._check_runtime_support()
         self._check_merge_support()
+        self._init_publishing()
         self._accounting = StepAccounting(args.steps_per_generation, self.num_iterations, self.accelerator.device)
         self._generation_time = 0.0  # cumulative seconds spent in generation + scoring
         self.generated_tokens_total = 0  # cumulative counters (saved with checkpoints)
@@ -117,14 +120,17 @@ class LooGspoTrainer(
 
     # ------------------------------------------------------------------ setup checks
     def _check_launch(self) -> None:
-        launched = int(os.environ.get("WORLD_SIZE", "1"))
-        if launched > 1 and self.accelerator.num_processes == 1:
-            raise RuntimeError(
-                f"This process was launched as one of WORLD_SIZE={launched} processes, but accelerate set up a "
-                "single-process run: every process would train alone on its own copy (no gradient all-reduce, "
-                "no global token count). On CPU machines pass use_cpu=True (--use_cpu true) with a multi-process "
-                "launcher (e.g. recipes/accelerate/cpu-2proc.yaml); on GPUs check that each process sees a GPU."
-            )
+        """Refuse a process group that would not train as one run; warn when a requested engine was not set up
+        (the decisions are :mod:`trl_loo_gspo.launch`'s)."""
+        accelerator = self.accelerator
+        error = launch_error(
+            int(os.environ.get("WORLD_SIZE", "1")), accelerator.num_processes, accelerator.distributed_type
+        )
+        if error is not None:
+            raise RuntimeError(error)
+        warning = engine_warning(requested_engine(os.environ, self.args), accelerator.distributed_type)
+        if warning is not None and accelerator.is_main_process:
+            warnings.warn(warning, stacklevel=3)
 
     def _check_runtime_support(self) -> None:
         rounds = self.args.steps_per_generation * self.num_iterations

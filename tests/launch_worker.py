@@ -1,0 +1,49 @@
+"""Worker for tests/test_launch_checks.py: build a LooGspoTrainer under a multi-process launch and train one step.
+
+Prints one line ``LAUNCH {json}`` per rank (processes, distributed type) after construction.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+# the repository root replaces this script's folder (tests/) on the path: tests/ holds packages (tests/vllm_engine)
+# whose names must not shadow installed ones
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+from tests.helpers import (  # noqa: E402
+    base_kwargs,
+    make_model_and_tokenizer,
+    make_rollout,
+    parity_reward,
+    train_dataset,
+)
+from trl_loo_gspo import LooGspoConfig, LooGspoTrainer  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--overrides", default="{}", help="JSON dict of LooGspoConfig overrides")
+    cli = parser.parse_args()
+    model, tokenizer = make_model_and_tokenizer(seed=3)
+    rank = os.environ.get("RANK", "0")
+    args = LooGspoConfig(**base_kwargs(f"{cli.out}/rank{rank}", **json.loads(cli.overrides)))
+    trainer = LooGspoTrainer(
+        model=model,
+        reward_funcs=[parity_reward],
+        args=args,
+        train_dataset=train_dataset(),
+        processing_class=tokenizer,
+        rollout_func=make_rollout(tokenizer, args.num_generations),
+    )
+    accelerator = trainer.accelerator
+    state = {"processes": accelerator.num_processes, "type": accelerator.distributed_type.value, "rank": rank}
+    print("LAUNCH " + json.dumps(state), flush=True)
+    trainer.train()
+    accelerator.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    main()
