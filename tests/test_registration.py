@@ -1,12 +1,13 @@
 """Registration (method §2): experiment.json before training, and refusal of overlapping train/validation splits."""
 
+import hashlib
 import json
 
 import pytest
 from datasets import Dataset
 
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
-from trl_loo_gspo.registration import content_fingerprint, split_overlap, weights_fingerprint
+from trl_loo_gspo.registration import content_fingerprint, row_hashes, split_overlap, weights_fingerprint
 from trl_loo_gspo.rewards import MathVerifier
 from trl_loo_gspo.rewards.shaping import ShapedReward
 from trl_loo_gspo.tiny import addition_dataset, digit_fraction_reward
@@ -107,3 +108,40 @@ def test_the_record_goes_into_the_model_card(tmp_path):
     )
     card = card or (tmp_path / "README.md").read_text()
     assert "Experiment registration (method §2)" in card and '"weights_sha256"' in card
+
+
+def test_registration_hashes_the_weights_and_each_dataset_once_per_trainer(tmp_path, monkeypatch):
+    """A second ``train()`` (a resume, a continued run) used to hash every weight and every row again."""
+    from trl_loo_gspo import publishing
+
+    calls = {"weights": 0, "rows": 0}
+    weights, rows = publishing.weights_fingerprint, publishing.content_fingerprint
+
+    def counted_weights(*args, **kwargs):
+        calls["weights"] += 1
+        return weights(*args, **kwargs)
+
+    def counted_rows(*args, **kwargs):
+        calls["rows"] += 1
+        return rows(*args, **kwargs)
+
+    monkeypatch.setattr(publishing, "weights_fingerprint", counted_weights)
+    monkeypatch.setattr(publishing, "content_fingerprint", counted_rows)
+    validation = Dataset.from_list([{"prompt": "999+1=", "answer": "1000"}] * 4)
+    trainer = trainer_for(tmp_path, eval_dataset=validation)
+    first = trainer.register_experiment()
+    second = trainer.register_experiment()
+    assert calls == {"weights": 1, "rows": 2}  # the base weights once, train and validation once each
+    assert first["base_model"]["weights_sha256"] == second["base_model"]["weights_sha256"]
+    assert first["base_model"]["weights_sha256"] == weights(trainer.model)
+    assert first["data"] == second["data"] and first["data"]["train"] == rows(trainer.train_dataset)
+    trainer.train_dataset = addition_dataset(16, seed=3)  # replaced rows are fingerprinted anew
+    assert trainer.register_experiment()["data"]["train"]["rows"] == 16 and calls["rows"] == 3
+
+
+def test_row_hashes_read_in_batches_equal_row_by_row_hashes():
+    rows = [{"prompt": [{"role": "user", "content": f"{i}+1="}], "answer": str(i + 1), "n": i} for i in range(5000)]
+    dataset = Dataset.from_list(rows)
+    expected = [hashlib.sha256(json.dumps(dict(row), sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+                for row in dataset]  # fmt: skip
+    assert row_hashes(dataset) == expected

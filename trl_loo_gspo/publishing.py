@@ -14,11 +14,11 @@ import copy
 import json
 import os
 
-from accelerate.utils import DistributedType, is_peft_model
+from accelerate.utils import DistributedType, broadcast_object_list, is_peft_model
 from datasets import IterableDataset
 
 from .hub import card_sections
-from .registration import experiment_record, split_overlap
+from .registration import content_fingerprint, experiment_record, split_overlap, weights_fingerprint
 
 
 class PublishingMixin:
@@ -27,6 +27,11 @@ class PublishingMixin:
     _merge_for_push = False
     data_source: dict | None = None  # dataset name/revision/split, recorded at registration
     experiment_record: dict | None = None
+    _weights_hashed = False
+    _base_weights_sha256: str | None = None
+
+    def _init_publishing(self) -> None:
+        self._fingerprints: dict[str, dict | None] = {}  # content fingerprints by datasets fingerprint
 
     def _check_merge_support(self) -> None:
         if not self.args.hub_merge_adapter:
@@ -47,8 +52,35 @@ class PublishingMixin:
             self.register_experiment()
         return super().train(*args, **kwargs)
 
-    def register_experiment(self) -> dict:
-        """Refuse overlapping splits, then write ``experiment.json`` (main process) and return the record."""
+    def register_experiment(self) -> dict | None:
+        """Refuse overlapping splits, then write ``experiment.json`` and return the record (method §2).
+
+        The record is built on the main process only; the other processes take part in the refusal (raised on every
+        process) and in gathering sharded weights for the hash (ZeRO-3, FSDP2), and get ``None``. The base weights
+        are hashed once per trainer and each dataset's content once per ``datasets`` fingerprint, so a later
+        ``train()`` call (a resume, a second run) costs no second pass over the weights or the rows."""
+        main = self.accelerator.is_main_process
+        refusal = broadcast_object_list([self._split_overlap_refusal() if main else None])[0]
+        if refusal is not None:
+            raise ValueError(refusal)
+        if not self._weights_hashed:  # every process: sharded weights are gathered collectively
+            self._base_weights_sha256 = weights_fingerprint(self.accelerator.unwrap_model(self.model), main)
+            self._weights_hashed = True
+        if not main:
+            return None
+        weights, task = self._base_weights_sha256, self.args.experiment_task
+        record = experiment_record(self, task=task, weights_sha256=weights, fingerprint=self._fingerprint)
+        if self.data_source is not None:
+            record["data"]["source"] = self.data_source
+        self.experiment_record = record
+        if self.args.should_save:
+            os.makedirs(self.args.output_dir, exist_ok=True)
+            with open(os.path.join(self.args.output_dir, "experiment.json"), "w") as f:
+                json.dump(record, f, indent=2, default=str)
+        return record
+
+    def _split_overlap_refusal(self) -> str | None:
+        """Why the validation split is not independent of the training split (method §5.2), or ``None``."""
         validation = self.eval_dataset
         named = validation.items() if isinstance(validation, dict) else [("eval_dataset", validation)]
         for name, split in named:
@@ -58,20 +90,22 @@ class PublishingMixin:
                 continue
             shared = split_overlap(self.train_dataset, split)
             if shared:
-                raise ValueError(
+                return (
                     f"{name} shares {len(shared)} of its {len(split)} prompts with train_dataset (first: "
                     f"{split[shared[0]]['prompt']!r}). The validation set must be independent of training "
                     "(docs/method.md §5.2): remove those rows, or set register_experiment=False to skip this check."
                 )
-        record = experiment_record(self, task=self.args.experiment_task)
-        if self.data_source is not None:
-            record["data"]["source"] = self.data_source
-        self.experiment_record = record
-        if self.args.should_save:
-            os.makedirs(self.args.output_dir, exist_ok=True)
-            with open(os.path.join(self.args.output_dir, "experiment.json"), "w") as f:
-                json.dump(record, f, indent=2, default=str)
-        return record
+        return None
+
+    def _fingerprint(self, dataset) -> dict | None:
+        """:func:`content_fingerprint`, cached by the dataset's ``datasets`` fingerprint (which changes with any
+        transform of the rows)."""
+        key = getattr(dataset, "_fingerprint", None)
+        if key is None:
+            return content_fingerprint(dataset)
+        if key not in self._fingerprints:
+            self._fingerprints[key] = content_fingerprint(dataset)
+        return self._fingerprints[key]
 
     def create_model_card(self, *args, **kwargs) -> None:
         """TRL's model card plus the method and its flags, the validation figures, the registration record (method §2)

@@ -11,11 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
 _PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "trl-loo-gspo", "math-verify")
 
@@ -25,10 +28,18 @@ def _canonical(value: Any) -> str:
 
 
 def row_hashes(dataset, column: str | None = None) -> list[str]:
-    """SHA-256 of each row's content (one column, or the whole row), canonical JSON."""
+    """SHA-256 of each row's content (one column, or the whole row), canonical JSON.
+
+    Rows are read in Arrow batches (``Dataset.iter``), not one formatted row at a time: the same hashes, ~5x faster
+    (200k two-column rows: 2.1 s instead of 11.7 s on this project's CPU machine)."""
     if column is not None:
         return [hashlib.sha256(_canonical(value).encode()).hexdigest() for value in dataset[column]]
-    return [hashlib.sha256(_canonical(dict(row)).encode()).hexdigest() for row in dataset]
+    names = list(dataset.column_names)
+    hashes: list[str] = []
+    for batch in dataset.iter(batch_size=4096):
+        for values in zip(*(batch[name] for name in names), strict=True):
+            hashes.append(hashlib.sha256(_canonical(dict(zip(names, values, strict=True))).encode()).hexdigest())
+    return hashes
 
 
 def content_fingerprint(dataset) -> dict[str, Any] | None:
@@ -51,13 +62,37 @@ def split_overlap(train, validation, column: str = "prompt") -> list[int]:
     return [i for i, digest in enumerate(row_hashes(validation, column)) if digest in seen]
 
 
-def weights_fingerprint(model: torch.nn.Module) -> str:
-    """SHA-256 over the parameters' names, shapes, dtypes and bytes (the content hash of local weights)."""
-    digest = hashlib.sha256()
+@contextmanager
+def _full_tensor(tensor: torch.Tensor, param: torch.nn.Parameter | None) -> Iterator[torch.Tensor]:
+    """The whole value of a (possibly sharded) weight: a ZeRO-3 parameter is gathered for the duration (its
+    ``state_dict`` entry is an empty placeholder), an FSDP2 ``DTensor`` shard is all-gathered. Both are collectives:
+    every process must ask for the same tensors in the same order."""
+    if param is not None and hasattr(param, "ds_id"):  # DeepSpeed ZeRO-3 partitioned parameter
+        import deepspeed  # only present when the model is partitioned by it
+
+        with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
+            yield param.data
+        return
+    if isinstance(tensor, DTensor):
+        yield tensor.full_tensor()
+        return
+    yield tensor
+
+
+def weights_fingerprint(model: torch.nn.Module, hash_here: bool = True) -> str | None:
+    """SHA-256 over the weights' names, shapes, dtypes and bytes (the content hash of local weights).
+
+    Sharded weights (DeepSpeed ZeRO-3, FSDP2) are hashed whole, so the hash equals the unsharded model's; the gathers
+    are collectives, so under a multi-process launch EVERY process must call this, and only the one with
+    ``hash_here=True`` (the main process) hashes and gets the digest (the others get ``None``)."""
+    digest = hashlib.sha256() if hash_here else None
+    params = dict(model.named_parameters(remove_duplicate=False))
     for name, tensor in sorted(model.state_dict().items()):
-        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
-        digest.update(tensor.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+        with _full_tensor(tensor, params.get(name)) as full:
+            if digest is not None:
+                digest.update(f"{name}:{tuple(full.shape)}:{full.dtype}".encode())
+                digest.update(full.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+    return None if digest is None else digest.hexdigest()
 
 
 def package_versions() -> dict[str, str | None]:
@@ -96,29 +131,35 @@ def _reward_description(func: Any) -> dict[str, Any]:
     return description
 
 
-def experiment_record(trainer, task: str | None = None) -> dict[str, Any]:
-    """Everything method §2 asks a run to register, read from a (constructed, not yet trained) trainer."""
+def experiment_record(
+    trainer, task: str | None = None, weights_sha256: str | None = None, fingerprint=content_fingerprint
+) -> dict[str, Any]:
+    """Everything method §2 asks a run to register, read from a (constructed, not yet trained) trainer.
+
+    ``weights_sha256``: the base weights' hash when the caller computed it already (``LooGspoTrainer`` does, on
+    every process, since sharded weights need collective gathers); computed here otherwise (single process only).
+    ``fingerprint``: the dataset fingerprint function (the trainer passes a cached one)."""
     args = trainer.args
     model = trainer.accelerator.unwrap_model(trainer.model)
     config = getattr(model, "config", None)
     name_or_path = getattr(config, "_name_or_path", None) or None
     train, validation = trainer.train_dataset, trainer.eval_dataset
     if isinstance(validation, dict):  # several eval sets: fingerprint each
-        validation_fp: Any = {key: content_fingerprint(value) for key, value in validation.items()}
+        validation_fp: Any = {key: fingerprint(value) for key, value in validation.items()}
     else:
-        validation_fp = content_fingerprint(validation)
+        validation_fp = fingerprint(validation)
     return {
         "spec": "method §2 registration",
         "task": task,
         "base_model": {
             "name_or_path": name_or_path,
             "revision": getattr(config, "_commit_hash", None),
-            "weights_sha256": weights_fingerprint(model),
+            "weights_sha256": weights_sha256 if weights_sha256 is not None else weights_fingerprint(model),
             "class": type(model).__name__,
             "parameters": sum(p.numel() for p in model.parameters()),
         },
         "data": {
-            "train": content_fingerprint(train),
+            "train": fingerprint(train),
             "validation": validation_fp,
             "train_info": getattr(getattr(train, "info", None), "dataset_name", None),
         },
