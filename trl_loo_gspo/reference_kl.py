@@ -30,8 +30,11 @@ class ReferenceKLMixin:
             return None
         if self.accelerator.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
             raise ValueError(
-                "reference_kl_logging_steps with beta=0 needs a frozen copy of the model, which is not supported "
-                "with DeepSpeed or FSDP sharding here: use LoRA (the reference is the disabled adapter) or beta > 0."
+                f"reference_kl_logging_steps={self.args.reference_kl_logging_steps} with beta=0 needs a frozen copy "
+                "of the model, which is not supported with DeepSpeed or FSDP sharding here: use LoRA (the reference "
+                "is the disabled adapter), beta > 0, or turn the measurement off with "
+                "`--reference_kl_logging_steps None` (the shipped recipes set it: leaving the flag off the command "
+                "line keeps the recipe's value)."
             )
         reference = copy.deepcopy(self.accelerator.unwrap_model(self.model)).eval()
         reference.requires_grad_(False)
