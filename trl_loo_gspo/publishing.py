@@ -16,9 +16,31 @@ import os
 
 from accelerate.utils import DistributedType, broadcast_object_list, is_peft_model
 from datasets import IterableDataset
+from huggingface_hub import CommitOperationDelete, HfApi
 
 from .hub import card_sections
 from .registration import content_fingerprint, experiment_record, split_overlap, weights_fingerprint
+
+# What a PEFT adapter puts at the top of a folder; at a repository root they make ``from_pretrained`` load an adapter.
+ROOT_ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+
+
+def merge_refusal(merge: bool, lora: bool, sharded: bool) -> str | None:
+    """Why ``hub_merge_adapter`` cannot be honoured, or ``None``. Decided before ``Trainer.__init__`` (which creates
+    the Hub repository when ``push_to_hub`` is set) from what the launch asks for, and again after it."""
+    if not merge:
+        return None
+    if not lora:
+        return (
+            "hub_merge_adapter=True needs a LoRA run (peft_config / --use_peft); this run trains the full model, "
+            "which is pushed as it is."
+        )
+    if sharded:
+        return (
+            "hub_merge_adapter=True is not supported with FSDP or DeepSpeed (the weights are sharded): push the "
+            "adapter, then merge it on one process: `PeftModel.from_pretrained(base, repo).merge_and_unload()`."
+        )
+    return None
 
 
 class PublishingMixin:
@@ -34,18 +56,12 @@ class PublishingMixin:
         self._fingerprints: dict[str, dict | None] = {}  # content fingerprints by datasets fingerprint
 
     def _check_merge_support(self) -> None:
-        if not self.args.hub_merge_adapter:
-            return
-        if not is_peft_model(self.accelerator.unwrap_model(self.model)):
-            raise ValueError(
-                "hub_merge_adapter=True needs a LoRA run (peft_config / --use_peft); this run trains the "
-                "full model, which is pushed as it is."
-            )
-        if self.is_fsdp_enabled or self.accelerator.distributed_type == DistributedType.DEEPSPEED:
-            raise ValueError(
-                "hub_merge_adapter=True is not supported with FSDP or DeepSpeed (the weights are sharded): push the "
-                "adapter, then merge it on one process: `PeftModel.from_pretrained(base, repo).merge_and_unload()`."
-            )
+        """The same refusal as :func:`merge_refusal` before ``Trainer.__init__``, on what was really set up."""
+        sharded = self.is_fsdp_enabled or self.accelerator.distributed_type == DistributedType.DEEPSPEED
+        lora = is_peft_model(self.accelerator.unwrap_model(self.model))
+        refusal = merge_refusal(self.args.hub_merge_adapter, lora, sharded)
+        if refusal is not None:
+            raise ValueError(refusal)
 
     def train(self, *args, **kwargs):
         if self.args.register_experiment:
@@ -124,12 +140,32 @@ class PublishingMixin:
     def push_to_hub(self, *args, **kwargs):
         """``Trainer.push_to_hub`` (adapter or full model, tokenizer, model card, ``experiment.json``); with
         ``hub_merge_adapter`` the LoRA adapter is merged into the base weights first (the adapter is kept in
-        ``adapter/``)."""
+        ``adapter/``), and the adapter files that checkpoint pushes (``hub_strategy="every_save"``) left at the
+        repository root are deleted (``from_pretrained(repo)`` would otherwise load the base model plus that
+        checkpoint's adapter instead of the merged weights). A merged push therefore always waits for its upload."""
         self._merge_for_push = self.args.hub_merge_adapter
         try:
-            return super().push_to_hub(*args, **kwargs)
+            result = super().push_to_hub(*args, **kwargs)
         finally:
             self._merge_for_push = False
+        if self.args.hub_merge_adapter and self.is_world_process_zero():
+            if hasattr(result, "result"):  # blocking=False: a future of the upload
+                result = result.result()
+            self._delete_root_adapter()
+        return result
+
+    def _delete_root_adapter(self) -> None:
+        api = HfApi(token=self.args.hub_token)
+        revision = self.args.hub_revision
+        files = set(api.list_repo_files(self.hub_model_id, revision=revision))
+        stale = sorted(files & set(ROOT_ADAPTER_FILES))
+        if stale:
+            api.create_commit(
+                self.hub_model_id,
+                [CommitOperationDelete(path_in_repo=name) for name in stale],
+                commit_message="Remove the checkpoint adapter from the root (the merged model is there)",
+                revision=revision,
+            )
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         super().save_model(output_dir, _internal_call)

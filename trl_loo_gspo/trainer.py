@@ -17,13 +17,14 @@ in its own module.
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 import warnings
 from typing import Any
 
 import torch
-from accelerate.utils import DistributedType
+from accelerate.utils import DistributedType, is_peft_model
 from trl import GRPOConfig, GRPOTrainer
 
 from . import core
@@ -36,13 +37,15 @@ from .launch import engine_warning, launch_error, requested_engine
 from .loss_metrics import LossMetricsMixin
 from .objective import TRL_ADVANTAGES
 from .process_feedback import ProcessFeedbackMixin
-from .publishing import PublishingMixin
+from .publishing import PublishingMixin, merge_refusal
 from .reference_kl import ReferenceKLMixin
 from .reporting import RegistrationToTrackers, SummaryTable
 from .run_checks import RunChecksMixin, check_dataset
 from .run_state import RunStateCallback, saved_run_state
 from .sampling_rows import generated_per_effective, loss_mask
 from .step_accounting import IDX, SUM_STATS, StepAccounting
+
+_GRPO_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
 
 
 def _default_args(model: Any) -> LooGspoConfig:
@@ -98,6 +101,14 @@ class LooGspoTrainer(
         eval_dataset = kwargs.get("eval_dataset", rest[1] if len(rest) > 1 else None)
         check_dataset(train_dataset, "train_dataset", require_rows=True)  # before the model is loaded
         check_dataset(eval_dataset, "eval_dataset", require_rows=False)
+        # before Trainer.__init__, which creates the Hub repository: a refused run leaves nothing on the Hub
+        peft_config = _GRPO_SIGNATURE.bind_partial(None, model, reward_funcs, args, *rest, **kwargs).arguments.get(
+            "peft_config"
+        )
+        lora = peft_config is not None or (not isinstance(model, str) and is_peft_model(model))
+        refusal = merge_refusal(args.hub_merge_adapter, lora, requested_engine(os.environ, args) is not None)
+        if refusal is not None:
+            raise ValueError(refusal)
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
         self._init_run_checks()
         self._check_launch()
