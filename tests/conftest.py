@@ -5,10 +5,16 @@ The demo policies (``trl_loo_gspo.demo.policy.default_cache_dir``: ``$TRL_LOO_GS
 under ``$HF_DATASETS_CACHE``) and matplotlib's font cache (``$XDG_CACHE_HOME``) are pointed at a folder under the
 pytest basetemp, so no test writes under the real ``~/.cache``. Subprocesses started by tests inherit these
 variables through ``os.environ``.
+
+DeepSpeed's JIT-built ops (``tests/test_engines.py``: the first launch builds one, minutes on 2 cores) go to
+``$TORCH_EXTENSIONS_DIR`` when it is set (CI sets it to ``.ci-cache/torch_extensions`` in the checkout, a cache kept
+between runs), else to ``<basetemp>/caches/torch_extensions``: one build shared by every launch of the session, never
+a shared path under ``/tmp``.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +39,8 @@ def caches_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as patch:
         for name, path in environment.items():
             patch.setenv(name, str(path))
+        if not os.environ.get("TORCH_EXTENSIONS_DIR"):
+            patch.setenv("TORCH_EXTENSIONS_DIR", str(root / "torch_extensions"))
         datasets_config = sys.modules.get("datasets.config")
         if datasets_config is not None:  # read from the environment at import (test modules import datasets)
             cache = environment["HF_DATASETS_CACHE"]

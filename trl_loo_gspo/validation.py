@@ -6,6 +6,11 @@ fixed temperature — with the registered verifier, every ``every_tokens`` *gene
 runs of different methods are compared at equal rollout budget), and logs ``eval/pass_at_1``, ``eval/pass_rate``
 and ``eval/unscorable`` against ``rollout_tokens``. Training-time filtering never touches this set: every problem is
 evaluated every time.
+
+Under DeepSpeed ZeRO-3 and FSDP the parameters are sharded: every forward pass of ``generate`` is a collective, so
+every process must make the same number of ``generate`` calls and take the same number of decoding steps. Each
+process's share of the problems is then padded to the same number of rows (a repeated row whose answers are never
+scored) and ``generate`` runs with ``synced_gpus=True`` (a finished process keeps stepping until all are done).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import numpy as np
 import torch
 from accelerate.utils import gather_object
 from transformers import Trainer, TrainerCallback
+from trl.distributed import DistributedBackend
+from trl.models import unwrap_model_for_generation
 
 from .rewards.base import completion_text
 
@@ -38,6 +45,28 @@ def preserved_rng():
         torch.set_rng_state(cpu_state)
         if cuda_states is not None:
             torch.cuda.set_rng_state_all(cuda_states)
+
+
+def rank_share(num_rows: int, rank: int, world: int, pad: bool) -> tuple[list[int], int]:
+    """This process's rows (every ``world``-th index from ``rank``) and how many of them are real.
+
+    With ``pad``, the share is padded to ``ceil(num_rows / world)`` rows -- the same on every process -- by repeating
+    its last row (row 0 for a process without a row of its own); the padded rows come last and are never scored.
+    """
+    indices = list(range(rank, num_rows, world))
+    real = len(indices)
+    if pad and num_rows:
+        indices += [indices[-1] if indices else 0] * (-(-num_rows // world) - real)
+    return indices, real
+
+
+def needs_synced_generation(accelerator) -> bool:
+    """True when the parameters are sharded over several processes (DeepSpeed ZeRO-3, FSDP): ``generate``'s forward
+    passes are then collectives, so every process must take the same generate calls and decoding steps."""
+    if accelerator.num_processes < 2:
+        return False
+    backend = DistributedBackend(accelerator)
+    return backend.is_zero3 or backend.is_fsdp
 
 
 class ValidationCallback(TrainerCallback):
@@ -99,7 +128,7 @@ class ValidationCallback(TrainerCallback):
         return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
 
     @torch.no_grad()
-    def _generate(self, model, texts: list[str], sample: bool) -> list[str]:
+    def _generate(self, model, texts: list[str], sample: bool, synced: bool) -> list[str]:
         tokenizer = self.trainer.processing_class
         outputs: list[str] = []
         for start in range(0, len(texts), self.batch_size):
@@ -107,6 +136,8 @@ class ValidationCallback(TrainerCallback):
             encoded = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
             encoded = {key: value.to(model.device) for key, value in encoded.items()}
             options: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
+            # transformers only syncs by itself under ZeRO-3 and its own FSDP2 wrapper, not accelerate's fully_shard
+            options["synced_gpus"] = synced
             if sample:
                 options.update(do_sample=True, temperature=self.temperature, top_k=0, top_p=1.0)
                 options["num_return_sequences"] = self.samples
@@ -124,25 +155,39 @@ class ValidationCallback(TrainerCallback):
         return self.verifier(prompts=prompts, completions=completions, completion_ids=None, **columns)
 
     def evaluate(self) -> dict[str, float]:
-        """Evaluate now; every process takes its share of the problems; the result is logged and returned."""
+        """Evaluate now; every process takes its share of the problems; the result is logged and returned.
+
+        Every process must call this (it gathers the scores; with sharded parameters, generation is collective)."""
         trainer = self.trainer
         accelerator = trainer.accelerator
-        model = accelerator.unwrap_model(trainer.model)
-        was_training = model.training
-        model.eval()
-        rank, world = accelerator.process_index, accelerator.num_processes
-        rows = [self.dataset[i] for i in range(rank, len(self.dataset), world)]
+        synced = needs_synced_generation(accelerator)
+        indices, real = rank_share(len(self.dataset), accelerator.process_index, accelerator.num_processes, synced)
+        rows = [self.dataset[i] for i in indices]
         greedy: list[float | None] = []
         sampled: list[float | None] = []
         if rows:
             texts = [self._prompt_text(row["prompt"]) for row in rows]
-            greedy = self._scores(rows, [completion_text(c) for c in self._generate(model, texts, False)], 1)
-            if self.samples:
-                with preserved_rng():  # training's RNG streams continue as if validation had not run
-                    torch.manual_seed(self.seed + len(self.history))  # CPU and every CUDA device
-                    answers = self._generate(model, texts, True)
-                sampled = self._scores(rows, answers, self.samples)
-        model.train(was_training)
+            # as TRL's GRPOTrainer generates: ZeRO-3 parameters gathered (ds3_gather_for_generation), FSDP1 summoned
+            gather = getattr(trainer.args, "ds3_gather_for_generation", True)
+            wrapped = trainer.model_wrapped
+            with (
+                unwrap_model_for_generation(wrapped, accelerator, gather_deepspeed3_params=gather) as model,
+                DistributedBackend(accelerator).summon_full_params(wrapped, recurse=False),
+            ):
+                was_training = model.training
+                model.eval()
+                try:
+                    answers = self._generate(model, texts, False, synced)[:real]  # padded rows are never scored
+                    if self.samples:
+                        with preserved_rng():  # training's RNG streams continue as if validation had not run
+                            torch.manual_seed(self.seed + len(self.history))  # CPU and every CUDA device
+                            drawn = self._generate(model, texts, True, synced)[: real * self.samples]
+                finally:
+                    model.train(was_training)
+            if real:
+                greedy = self._scores(rows[:real], [completion_text(c) for c in answers], 1)
+                if self.samples:
+                    sampled = self._scores(rows[:real], drawn, self.samples)
         greedy_all = [s for part in gather_object([greedy]) for s in part]
         sampled_all = [s for part in gather_object([sampled]) for s in part]
 
