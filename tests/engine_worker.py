@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# Run as a script, Python puts tests/ first on sys.path, where a folder may shadow a library (tests/vllm/ would make
-# TRL see an uninstalled vLLM): import from the repository root instead.
+# Run as a script, Python puts tests/ first on sys.path, where a folder could shadow a library (a tests/vllm/ package
+# made TRL see an uninstalled vLLM): import from the repository root instead.
 sys.path[:] = [os.path.dirname(HERE)] + [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 
 import torch  # noqa: E402
