@@ -329,28 +329,31 @@ MB = 1_000_000
     ],
     ids=["comment-openers", "nested-comments", "quotes", "dots", "braces", "assert-admit", "sentences"],
 )
-def test_screening_adversarial_scripts_takes_well_under_a_second(script):
-    start = time.perf_counter()
+def test_screening_adversarial_scripts_takes_a_few_cpu_seconds_at_most(script):
+    # CPU time of this process, not wall-clock time: other jobs on the machine do not count (a wall-clock bound of
+    # 1 s failed at 1.05 s on a loaded CI machine). Linear screening takes ~0.1-0.3 s here; the old quadratic lexer
+    # took 30-40 s on these shapes, so the bound still fails on a regression.
+    start = time.process_time()
     screening = _screen_coq_script(script, ADD_0_R)
     if screening.lexed:
         _span_flags(screening, False, ["classic"])
-    assert time.perf_counter() - start < 1.0  # generous: the old lexer took 30-40 s on the quadratic shapes
+    assert time.process_time() - start < 5.0
 
 
 def test_sentence_heads_are_found_in_one_pass():
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: other jobs on the machine do not count
     assert _sentence_head("- { " * 250_000 + "2: auto") == "auto"
-    assert time.perf_counter() - start < 1.0  # was one copy of the sentence per bullet: quadratic
+    assert time.process_time() - start < 5.0  # was one copy of the sentence per bullet: quadratic
     assert _sentence_head("} { 1, 2 - 3: [g]: - simpl") == "simpl"
 
 
 @requires_coq
 @pytest.mark.parametrize("script", ["(*" * (MB // 2), '"' * MB, "a. " * (MB // 3)], ids=["comments", "quotes", "dots"])
 def test_a_megabyte_completion_is_oversize_not_checked(verifier, script):
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: other jobs on the machine do not count
     result = check(verifier, script)
     hack = verifier.hack_score(script, theorem=ADD_0_R)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 5.0
     assert (result.score, result.status, result.anomaly) == (0.0, "fail", "oversize") and hack == 1.0
 
 

@@ -82,9 +82,9 @@ def test_the_two_styles_differ_where_the_patterns_do():
 )
 def test_a_megabyte_of_adversarial_fences_takes_well_under_a_second(text):
     for _, kwargs in STYLES.values():
-        start = time.perf_counter()
+        start = time.process_time()  # CPU time: other jobs on the machine do not count
         count, last = 0, None
         for fence in iter_fences(text, **kwargs):  # how the verifiers read fences: keeping only the last ones
             count, last = count + 1, fence
-        assert time.perf_counter() - start < 1.0  # generous: quadratic scanning takes minutes here
+        assert time.process_time() - start < 5.0  # generous: quadratic scanning takes minutes here
         assert count == len(find_fences(text, **kwargs)) and (last is None or last.match_start < last.match_end)

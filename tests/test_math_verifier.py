@@ -177,20 +177,20 @@ MB = 1_000_000
 )
 def test_hack_score_is_linear_on_a_megabyte_of_boxes(text, expected):
     uncapped = MathVerifier(max_completion_chars=None)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: other jobs on the machine do not count
     assert uncapped.hack_score(text) == expected
-    assert time.perf_counter() - start < 1.0  # generous: the former scan took minutes (37 s for 70 kB unclosed)
+    assert time.process_time() - start < 5.0  # generous: the former scan took minutes (37 s for 70 kB unclosed)
 
 
 def test_oversize_completions_score_zero_and_count_as_hacks():
     text = "\\boxed{" * (MB // 7)
     verifier = MathVerifier()
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: other jobs on the machine do not count
     result = verifier.safe_verify(text, answer="1")
     assert (result.score, result.status, result.anomaly) == (0.0, "fail", "oversize")
     assert result.details["completion_chars"] == len(text) and result.details["max_completion_chars"] == 100_000
     assert verifier.hack_score(text) == 1.0 and MathVerifier.hack_score(text) == 1.0
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 5.0
     assert MathVerifier.max_completion_chars == 100_000
     small = MathVerifier(max_completion_chars=20)
     assert small.safe_verify("$\\boxed{2}$" + " " * 20, answer="2").anomaly == "oversize"
