@@ -27,7 +27,7 @@ from accelerate.utils import DistributedType  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from tests.helpers import base_kwargs, make_rollout, parity_reward, train_dataset  # noqa: E402
+from tests.helpers import base_kwargs, parity_trainer  # noqa: E402
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer  # noqa: E402
 from trl_loo_gspo.tiny import addition_dataset, char_tokenizer  # noqa: E402
 from trl_loo_gspo.validation import ValidationCallback  # noqa: E402
@@ -91,15 +91,8 @@ def run(cli: argparse.Namespace, variant: str, out: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(cli.model_dir, dtype=torch.float32)
     args = LooGspoConfig(**base_kwargs(str(out / f"run-{variant}"), **json.loads(cli.overrides)))
     torch.manual_seed(11)  # the LoRA adapters are initialised in the trainer: the same on every process and run
-    trainer = LooGspoTrainer(
-        model=model,
-        reward_funcs=[parity_reward],
-        args=args,
-        train_dataset=train_dataset(),
-        processing_class=tokenizer,
-        rollout_func=make_rollout(tokenizer, args.num_generations),
-        peft_config=lora_config() if variant == "lora" else None,
-    )
+    peft_config = lora_config() if variant == "lora" else None
+    trainer = parity_trainer(LooGspoTrainer, model, tokenizer, args, peft_config=peft_config)
     accelerator = trainer.accelerator
     # A test that silently ran one process, or plain DDP instead of the engine, would check nothing.
     assert accelerator.num_processes == cli.expect_processes, accelerator.num_processes

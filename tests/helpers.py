@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+import socket
 
 import torch
 from datasets import Dataset
@@ -25,6 +26,13 @@ DIGITS = "0123456789"
 def make_model_and_tokenizer(seed: int = 0):
     tokenizer = char_tokenizer()
     return tiny_qwen2(tokenizer, hidden_size=32, num_hidden_layers=2, seed=seed), tokenizer
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface, for a test's process-group rendezvous or server."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _completion_text(prompt: str, j: int) -> tuple[str, bool]:
@@ -244,18 +252,24 @@ def small_sandbox_limits(**overrides):
     return SandboxLimits(**values)
 
 
-def run_recorded(trainer_cls, config_cls, tmp_path, **overrides):
-    """Train a recording trainer on the deterministic rollout and parity reward; returns it and the initial model."""
-    model, tokenizer = make_model_and_tokenizer()
-    model0 = copy.deepcopy(model)
-    args = config_cls(**base_kwargs(str(tmp_path), **overrides))
-    trainer = record_micro_batches(trainer_cls)(
+def parity_trainer(trainer_cls, model, tokenizer, args, **kwargs):
+    """A trainer on the deterministic rollout, the parity reward and the 64-prompt addition split."""
+    return trainer_cls(
         model=model,
         reward_funcs=[parity_reward],
         args=args,
         train_dataset=train_dataset(),
         processing_class=tokenizer,
         rollout_func=make_rollout(tokenizer, args.num_generations),
+        **kwargs,
     )
+
+
+def run_recorded(trainer_cls, config_cls, tmp_path, **overrides):
+    """Train a recording trainer on the deterministic rollout and parity reward; returns it and the initial model."""
+    model, tokenizer = make_model_and_tokenizer()
+    model0 = copy.deepcopy(model)
+    args = config_cls(**base_kwargs(str(tmp_path), **overrides))
+    trainer = parity_trainer(record_micro_batches(trainer_cls), model, tokenizer, args)
     trainer.train()
     return trainer, model0

@@ -12,13 +12,7 @@ import sys
 # whose names must not shadow installed ones
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from tests.helpers import (  # noqa: E402
-    base_kwargs,
-    make_model_and_tokenizer,
-    make_rollout,
-    parity_reward,
-    train_dataset,
-)
+from tests.helpers import base_kwargs, make_model_and_tokenizer, parity_trainer  # noqa: E402
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer  # noqa: E402
 
 
@@ -30,14 +24,7 @@ def main() -> None:
     model, tokenizer = make_model_and_tokenizer(seed=3)
     rank = os.environ.get("RANK", "0")
     args = LooGspoConfig(**base_kwargs(f"{cli.out}/rank{rank}", **json.loads(cli.overrides)))
-    trainer = LooGspoTrainer(
-        model=model,
-        reward_funcs=[parity_reward],
-        args=args,
-        train_dataset=train_dataset(),
-        processing_class=tokenizer,
-        rollout_func=make_rollout(tokenizer, args.num_generations),
-    )
+    trainer = parity_trainer(LooGspoTrainer, model, tokenizer, args)
     accelerator = trainer.accelerator
     state = {"processes": accelerator.num_processes, "type": accelerator.distributed_type.value, "rank": rank}
     print("LAUNCH " + json.dumps(state), flush=True)

@@ -3,7 +3,6 @@ does; cpu-2proc.yaml really starts two CPU processes that form one process group
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,8 @@ from pathlib import Path
 import pytest
 from accelerate.commands.config.config_args import ClusterConfig, load_config_from_file
 from accelerate.utils import DistributedType
+
+from .helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "recipes" / "accelerate"
@@ -65,12 +66,6 @@ def test_fsdp2():
     assert fsdp["fsdp_offload_params"] is False
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 PROBE = textwrap.dedent(
     """
     import json
@@ -108,7 +103,7 @@ def test_cpu_2proc_starts_two_ranks(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "cpu-2proc.yaml")]
-    cmd += ["--main_process_port", str(_free_port()), str(script), str(out)]
+    cmd += ["--main_process_port", str(free_port()), str(script), str(out)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -3,7 +3,6 @@ batch: the loss denominator is one global token count across processes and accum
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,17 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from .helpers import make_model_and_tokenizer
+from .helpers import free_port, make_model_and_tokenizer
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def launch(model_dir: Path, out: Path, overrides: dict, processes: int, task: str = "parity") -> dict:
@@ -31,7 +24,7 @@ def launch(model_dir: Path, out: Path, overrides: dict, processes: int, task: st
     if processes > 1:
         # `accelerate launch --cpu --num_processes 2` silently runs ONE process; torchrun starts two.
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
-        cmd += ["--master_port", str(_free_port()), *worker]
+        cmd += ["--master_port", str(free_port()), *worker]
     else:
         cmd = [sys.executable, *worker]
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -12,6 +12,8 @@ from accelerate.utils import DistributedType
 
 from trl_loo_gspo.launch import engine_warning, launch_error, requested_engine
 
+from .helpers import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -57,15 +59,7 @@ def test_engine_warning():
 
 
 # ---------------------------------------------------------------- real launches
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _run(cmd: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1", TRL_EXPERIMENTAL_SILENCE="1", PYTHONPATH=str(ROOT))
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
@@ -81,7 +75,7 @@ def test_gloo_without_use_cpu_is_refused_on_every_rank(tmp_path):
     worker = [str(ROOT / "tests" / "launch_worker.py"), "--out", str(tmp_path)]
     worker += ["--overrides", json.dumps({"use_cpu": False, "ddp_backend": "gloo"})]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-    result = _run([*cmd, "--master_port", str(_free_port()), *worker], tmp_path)
+    result = _run([*cmd, "--master_port", str(free_port()), *worker])
     assert result.returncode != 0
     assert result.stderr.count("DistributedType.NO: no gradient is all-reduced") == 2, result.stderr[-4000:]
     assert _launched(result.stdout) == []  # no rank got as far as training
@@ -92,8 +86,8 @@ def test_fsdp_config_on_cpu_warns_that_it_runs_as_ddp(tmp_path):
     """The shipped fsdp2.yaml launched on CPU silently ran plain DDP; now the main process says so."""
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file"]
     cmd += [str(ROOT / "recipes" / "accelerate" / "fsdp2.yaml"), "--num_processes", "2", "--mixed_precision", "no"]
-    cmd += ["--main_process_port", str(_free_port()), str(ROOT / "tests" / "launch_worker.py"), "--out", str(tmp_path)]
-    result = _run(cmd, tmp_path)
+    cmd += ["--main_process_port", str(free_port()), str(ROOT / "tests" / "launch_worker.py"), "--out", str(tmp_path)]
+    result = _run(cmd)
     assert result.returncode == 0, result.stderr[-4000:]
     launched = _launched(result.stdout)
     assert [state["type"] for state in launched] == ["MULTI_CPU", "MULTI_CPU"]  # what accelerate set up

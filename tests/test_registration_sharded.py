@@ -5,22 +5,17 @@ not supported for tensor subclasses") and hashed the placeholders of the second.
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from .helpers import free_port
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.parametrize("engine", ["fsdp2", "zero3"])
@@ -30,7 +25,7 @@ def test_sharded_weights_hash_like_the_whole_model(tmp_path, engine):
     out = tmp_path / "hash.json"
     # TORCH_EXTENSIONS_DIR (DeepSpeed's one JIT-built op) comes from tests/conftest.py or CI
     env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port())]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port())]
     cmd += [str(ROOT / "tests" / "shard_hash_worker.py"), "--engine", engine, "--out", str(out)]
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import warnings
@@ -18,6 +17,7 @@ from peft import PeftModel
 from trl_loo_gspo.train import LooGspoScriptArguments, build_trainer, make_parser
 from trl_loo_gspo.validation import ValidationCallback
 
+from .helpers import free_port
 from .recipe_fixtures import RECIPES, REPO, cpu_overrides, data_override, save_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -78,12 +78,6 @@ def test_help_lists_every_flag_with_its_help():
     assert "Row mapping to the column contract" in text  # help texts are shown, not just names
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _errors(stderr: str) -> str:
     """The lines of a failed launch that say why (warnings fill the tail of stderr), and the stderr's last lines
     (a child that aborts, e.g. ``terminate called ...``, says why there)."""
@@ -133,13 +127,13 @@ def test_two_processes_through_accelerate_launch(tiny_model_dir, tmp_path, use_c
     launch = [
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(REPO / "recipes" / "accelerate" / "cpu-2proc.yaml"),
-        "--main_process_port", str(_free_port()),
+        "--main_process_port", str(free_port()),
         "-m", "trl_loo_gspo", "train", *argv,
     ]  # fmt: skip
     result = subprocess.run(launch, capture_output=True, text=True, timeout=600, cwd=REPO, env=_env())
     if use_cpu == "true" and _aborted(result) and not (out / "adapter_model.safetensors").exists():
         warnings.warn(f"two-process launch aborted (SIGABRT); retrying once:\n{_errors(result.stderr)}", stacklevel=1)
-        launch[launch.index("--main_process_port") + 1] = str(_free_port())
+        launch[launch.index("--main_process_port") + 1] = str(free_port())
         result = subprocess.run(launch, capture_output=True, text=True, timeout=600, cwd=REPO, env=_env())
     if use_cpu == "false":  # two processes that would each train alone: refused with the fix, nothing trained
         assert result.returncode != 0 and "pass use_cpu=True" in result.stderr, result.stderr[-4000:]

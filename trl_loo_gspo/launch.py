@@ -15,10 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from accelerate.utils import DistributedType
+from accelerate.utils.environment import str_to_bool
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:
-    return environ.get(name, "false").strip().lower() in ("1", "true", "yes")
+    """accelerate's own reading of a flag variable (``parse_flag_from_env``), from the given mapping."""
+    return bool(str_to_bool(environ.get(name, "false"), to_bool=True))
 
 
 def requested_engine(environ: Mapping[str, str], args: Any) -> DistributedType | None:

@@ -97,15 +97,11 @@ class LooGspoTrainer(
                 f"LooGspoTrainer needs args=LooGspoConfig(...), got {kind}. LooGspoConfig subclasses GRPOConfig and "
                 "takes the same arguments: replace `GRPOConfig(` with `LooGspoConfig(` (from trl_loo_gspo)."
             )
-        train_dataset = kwargs.get("train_dataset", rest[0] if rest else None)
-        eval_dataset = kwargs.get("eval_dataset", rest[1] if len(rest) > 1 else None)
-        check_dataset(train_dataset, "train_dataset", require_rows=True)  # before the model is loaded
-        check_dataset(eval_dataset, "eval_dataset", require_rows=False)
+        given = _GRPO_SIGNATURE.bind_partial(None, model, reward_funcs, args, *rest, **kwargs).arguments
+        check_dataset(given.get("train_dataset"), "train_dataset", require_rows=True)  # before the model is loaded
+        check_dataset(given.get("eval_dataset"), "eval_dataset", require_rows=False)
         # before Trainer.__init__, which creates the Hub repository: a refused run leaves nothing on the Hub
-        peft_config = _GRPO_SIGNATURE.bind_partial(None, model, reward_funcs, args, *rest, **kwargs).arguments.get(
-            "peft_config"
-        )
-        lora = peft_config is not None or (not isinstance(model, str) and is_peft_model(model))
+        lora = given.get("peft_config") is not None or (not isinstance(model, str) and is_peft_model(model))
         refusal = merge_refusal(args.hub_merge_adapter, lora, requested_engine(os.environ, args) is not None)
         if refusal is not None:
             raise ValueError(refusal)
