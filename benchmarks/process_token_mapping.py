@@ -12,8 +12,8 @@ import statistics
 import string
 import time
 
-from trl_loo_gspo import process
-from trl_loo_gspo.tiny import char_tokenizer
+from trl_loo_gspo.algorithms import spans as process
+from trl_loo_gspo.demo.tiny import char_tokenizer
 
 
 def median_ms(fn, repeats: int = 5) -> float:

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from trl_loo_gspo.registration import weights_fingerprint
+from trl_loo_gspo.records.registration import weights_fingerprint
 
 
 def main(repeats: int = 5) -> None:

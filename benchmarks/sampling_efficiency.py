@@ -37,7 +37,7 @@ from datasets import Dataset  # noqa: E402
 from transformers.trainer_callback import PrinterCallback  # noqa: E402
 
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer  # noqa: E402
-from trl_loo_gspo.tiny import char_tokenizer, tiny_qwen2  # noqa: E402
+from trl_loo_gspo.demo.tiny import char_tokenizer, tiny_qwen2  # noqa: E402
 
 K = 8
 PROBE = 4

@@ -100,7 +100,7 @@ def worker(cli: argparse.Namespace) -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
-    from trl_loo_gspo.tiny import char_tokenizer, tiny_qwen2
+    from trl_loo_gspo.demo.tiny import char_tokenizer, tiny_qwen2
 
     sys.path.insert(0, str(Path(__file__).parent))
     from sampling_efficiency import beta_for  # the same population model

@@ -1,6 +1,6 @@
 """Update-step overhead of ``LooGspoTrainer`` against stock ``trl.GRPOTrainer`` (GSPO settings).
 
-Compares, in one run of this script, on the same tiny local model (``trl_loo_gspo.tiny``; nothing is downloaded):
+Compares, in one run of this script, on the same tiny local model (``trl_loo_gspo.demo.tiny``; nothing is downloaded):
 
 * **ours**: ``LooGspoTrainer`` + ``LooGspoConfig`` (its defaults: LOO advantages, token-total aggregation);
 * **stock**: ``trl.GRPOTrainer`` + ``GRPOConfig(importance_sampling_level="sequence", loss_type="dapo",
@@ -87,7 +87,7 @@ from transformers.utils import logging as hf_logging  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer  # noqa: E402
-from trl_loo_gspo.tiny import addition_dataset, char_tokenizer, leading_digit_reward, tiny_qwen2  # noqa: E402
+from trl_loo_gspo.demo.tiny import addition_dataset, char_tokenizer, leading_digit_reward, tiny_qwen2  # noqa: E402
 
 torch.set_num_threads(1)
 warnings.filterwarnings("ignore", category=FutureWarning)

@@ -26,8 +26,8 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
-from trl_loo_gspo.rewards.code import CodeVerifier
-from trl_loo_gspo.rewards.sandbox import SandboxLimits
+from trl_loo_gspo.sandbox.bubblewrap import SandboxLimits
+from trl_loo_gspo.verifiers.code.verifier import CodeVerifier
 
 GOOD = "```python\ndef add(a, b):\n    return a + b\n```"
 BAD = "```python\ndef add(a, b):\n    return a - b\n```"

@@ -32,7 +32,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer  # noqa: E402
-from trl_loo_gspo.tiny import addition_dataset, char_tokenizer, digit_fraction_reward, tiny_qwen2  # noqa: E402
+from trl_loo_gspo.demo.tiny import addition_dataset, char_tokenizer, digit_fraction_reward, tiny_qwen2  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -26,7 +26,7 @@ from tests.helpers import (  # noqa: E402
 )
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer  # noqa: E402
 from trl_loo_gspo.demo.multistep import MultiStepTask, MultiStepVerifier  # noqa: E402
-from trl_loo_gspo.tiny import char_tokenizer  # noqa: E402
+from trl_loo_gspo.demo.tiny import char_tokenizer  # noqa: E402
 
 
 def main() -> None:

@@ -29,8 +29,8 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 from tests.helpers import base_kwargs, parity_trainer  # noqa: E402
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer  # noqa: E402
-from trl_loo_gspo.tiny import addition_dataset, char_tokenizer  # noqa: E402
-from trl_loo_gspo.validation import ValidationCallback  # noqa: E402
+from trl_loo_gspo.demo.tiny import addition_dataset, char_tokenizer  # noqa: E402
+from trl_loo_gspo.trainer.validation import ValidationCallback  # noqa: E402
 
 EXPECTED_TYPE = {
     "single": DistributedType.NO,

@@ -16,8 +16,8 @@ from datasets import Dataset
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from trl_loo_gspo import core  # noqa: E402
-from trl_loo_gspo.tiny import addition_dataset, char_tokenizer, tiny_qwen2  # noqa: E402
+from trl_loo_gspo.algorithms import losses as loss_fns  # noqa: E402
+from trl_loo_gspo.demo.tiny import addition_dataset, char_tokenizer, tiny_qwen2  # noqa: E402
 
 MAX_COMPLETION = 8
 DIGITS = "0123456789"
@@ -137,8 +137,8 @@ def reference_gradient(trainer, model0, micro_batches, loss_aggregation: str = "
         attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attn, batch["completion_ids"].size(1))
         mask = batch["completion_mask"]
-        s = core.sequence_ratio(logps, logps.detach(), mask)
-        losses = core.response_loss(s, batch["advantages"], trainer.epsilon_low, trainer.epsilon_high)
+        s = loss_fns.sequence_ratio(logps, logps.detach(), mask)
+        losses = loss_fns.response_loss(s, batch["advantages"], trainer.epsilon_low, trainer.epsilon_high)
         lengths = mask.sum(-1)
         if loss_aggregation == "token_total":
             numerator = numerator + (lengths * losses).sum()
@@ -236,7 +236,7 @@ TINY_POLICY = dict(
 
 def small_sandbox_limits(**overrides):
     """Tight sandbox limits for the code-verifier tests (seconds, not minutes, per hostile program)."""
-    from trl_loo_gspo.rewards.sandbox import SandboxLimits
+    from trl_loo_gspo.sandbox.bubblewrap import SandboxLimits
 
     values = dict(
         wall_timeout_s=2.0,

@@ -23,7 +23,7 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trl_loo_gspo.train import build_trainer, make_parser, run
+from trl_loo_gspo.experiment.build import build_trainer, make_parser, run
 
 PROMPTS = ["12+34=", "7+8=", "What is 5 times 6?"]
 

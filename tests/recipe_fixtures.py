@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trl_loo_gspo.tiny import char_tokenizer, tiny_qwen2
+from trl_loo_gspo.demo.tiny import char_tokenizer, tiny_qwen2
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = sorted((REPO / "recipes").glob("*-lora.yaml"))

@@ -13,8 +13,8 @@ sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from trl_loo_gspo.registration import weights_fingerprint  # noqa: E402
-from trl_loo_gspo.tiny import char_tokenizer, tiny_qwen2  # noqa: E402
+from trl_loo_gspo.demo.tiny import char_tokenizer, tiny_qwen2  # noqa: E402
+from trl_loo_gspo.records.registration import weights_fingerprint  # noqa: E402
 
 
 def _model() -> torch.nn.Module:

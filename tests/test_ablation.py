@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_loo_gspo.ablation import AblationPlan, report, run_ablation
+from trl_loo_gspo.experiment.ablation.plan import AblationPlan
+from trl_loo_gspo.experiment.ablation.runner import report, run_ablation
 
 from .helpers import TINY_POLICY
 from .recipe_fixtures import REPO, cpu_overrides, data_override, save_tiny_model
@@ -124,7 +125,7 @@ def test_recipe_plans_need_an_existing_recipe(tmp_path, monkeypatch):
 def test_a_recipe_ablation_builds_a_stock_baseline_from_the_same_recipe(tmp_path, monkeypatch):
     from trl import GRPOConfig
 
-    from trl_loo_gspo.ablation import recipe_args
+    from trl_loo_gspo.experiment.ablation.plan import recipe_args
 
     monkeypatch.chdir(REPO)
     recipe = REPO / "recipes" / "math-lora.yaml"
@@ -148,13 +149,20 @@ def test_a_recipe_ablation_builds_a_stock_baseline_from_the_same_recipe(tmp_path
     _, base_args, _ = recipe_args(plan, "grpo", {}, True, 0)
     _, full_args, _ = recipe_args(plan, "full-dyn", {"dynamic_sampling": False}, False, 0)
     stock = GRPOConfig(output_dir=str(tmp_path / "x"), use_cpu=True, bf16=False)
-    assert not base_args.uses_own_loss and base_args.advantage_estimator == "trl"  # TRL's loss and defaults ...
-    for key in ("epsilon", "epsilon_high", "importance_sampling_level", "scale_rewards", "loss_type"):
-        assert getattr(base_args, key) == getattr(stock, key), key
+    assert (
+        not base_args.uses_own_loss and base_args.objective.advantage_estimator == "trl"
+    )  # TRL's loss and defaults ...
+    resolved = base_args.objective
+    assert (resolved.loss_type, resolved.epsilon_low) == (stock.loss_type, stock.epsilon)
+    assert resolved.epsilon_high == (stock.epsilon if stock.epsilon_high is None else stock.epsilon_high)
+    assert (resolved.importance_sampling_level, resolved.scale_rewards) == (
+        stock.importance_sampling_level,
+        stock.scale_rewards,
+    )
     assert base_args.learning_rate == full_args.learning_rate == 1e-5  # ... the recipe's values for the rest
     assert base_args.num_generations == full_args.num_generations == 2  # and the command-line overrides
     assert base_args.max_completion_length == full_args.max_completion_length == 8
-    assert full_args.epsilon == 3e-4 and full_args.dynamic_sampling is False
+    assert full_args.objective.epsilon_low == 3e-4 and full_args.dynamic_sampling is False
     records = run_ablation(plan)
     assert [r["trainer"] for r in records] == ["LooGspoTrainer"] * 3  # one trainer, one code path
     assert [r["baseline"] for r in records] == [True, False, False]

@@ -4,8 +4,8 @@
 import pytest
 import yaml
 
-from trl_loo_gspo import ablation
-from trl_loo_gspo.ablation import AblationPlan
+from trl_loo_gspo.experiment.ablation import runner
+from trl_loo_gspo.experiment.ablation.plan import AblationPlan
 
 
 @pytest.fixture
@@ -18,7 +18,7 @@ def no_training(monkeypatch):
     import trl_loo_gspo.demo.policy as policy
 
     monkeypatch.setattr(policy, "load_or_build_policy", forbidden)
-    monkeypatch.setattr(ablation, "_trainer_cls", forbidden)
+    monkeypatch.setattr(runner, "_trainer_cls", forbidden)
 
 
 def write(tmp_path, plan):

@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trl_loo_gspo.ablation import run_ablation
-from trl_loo_gspo.ablation_claims import claim
+from trl_loo_gspo.experiment.ablation.claims import claim
+from trl_loo_gspo.experiment.ablation.runner import run_ablation
 
 from .test_ablation import fake_runner, plan_for
 

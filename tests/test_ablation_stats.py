@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from trl_loo_gspo.ablation_stats import curve_area, paired_difference, t_quantile_975, verdict
+from trl_loo_gspo.experiment.ablation.stats import curve_area, paired_difference, t_quantile_975, verdict
 
 
 def test_paired_difference_matches_a_hand_computation():
@@ -49,7 +49,7 @@ def test_curve_area():
 
 
 def test_minimum_detectable_effect_and_seeds_needed_by_hand():
-    from trl_loo_gspo.ablation_stats import differences_sd, minimum_detectable_effect, seeds_needed
+    from trl_loo_gspo.experiment.ablation.stats import differences_sd, minimum_detectable_effect, seeds_needed
 
     # n = 5: (t_{0.975,4} + t_{0.80,4}) · sd / √5 = (2.776445 + 0.940965) · 0.02 / 2.236068
     assert minimum_detectable_effect(0.02, 5) == pytest.approx(3.71741 * 0.02 / 5**0.5, rel=1e-5)

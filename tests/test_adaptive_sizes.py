@@ -4,7 +4,7 @@ random pass rates, budgets and size bounds, plus the round loop simulated with t
 
 import random
 
-from trl_loo_gspo.sampling import adaptive_round_can_fill, allocate_group_sizes
+from trl_loo_gspo.algorithms.group_filter import adaptive_round_can_fill, allocate_group_sizes
 
 
 def check_sizes(sizes, rows, k_min, k_max):

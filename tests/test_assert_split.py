@@ -8,9 +8,9 @@ import signal
 
 import pytest
 
-from trl_loo_gspo.rewards.assert_split import ProbeError, judge, program_names, split_test
-from trl_loo_gspo.rewards.entry_judge import channel_records, judge_entry, parse_entry
-from trl_loo_gspo.rewards.plain_data import HostEvalError, IteratorValue, PlainDataError, decode, host_eval
+from trl_loo_gspo.verifiers.code.assert_split import ProbeError, judge, program_names, split_test
+from trl_loo_gspo.verifiers.code.entry_judge import channel_records, judge_entry, parse_entry
+from trl_loo_gspo.verifiers.code.plain_data import HostEvalError, IteratorValue, PlainDataError, decode, host_eval
 
 PROGRAM = "def f(x):\n    return x\n"
 

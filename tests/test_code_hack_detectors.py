@@ -1,7 +1,7 @@
-"""The static reward-hacking detectors of rewards/code_analysis.py (P_hack behind ``CodeVerifier.hack_score``).
+"""The static reward-hacking detectors of verifiers/code/hacks/ (P_hack behind ``CodeVerifier.hack_score``).
 
 Each attack class an attacker's review found (unittest.mock.ANY, always-equal objects in many forms, frame and
-traceback access, builtin shadowing, encoding cookies) is flagged by ``_ast_signals``/``program_signals`` and through
+traceback access, builtin shadowing, encoding cookies) is flagged by ``tree_signals``/``program_signals`` and through
 ``CodeVerifier.hack_score``; honest programs (HumanEval's 164 canonical solutions and a corpus of tricky-but-honest
 code) are not; the analysis never raises and is linear.
 """
@@ -14,13 +14,13 @@ import time
 
 import pytest
 
-from trl_loo_gspo.rewards import code_analysis
-from trl_loo_gspo.rewards.code_analysis import (
-    _ast_signals,
-    _dunder_always,
+from trl_loo_gspo.verifiers.code import hacks
+from trl_loo_gspo.verifiers.code.hacks import (
+    dunder_always,
     encoding_cookie,
     program_signals,
     shadowed_builtins,
+    tree_signals,
 )
 
 from .helpers import small_sandbox_limits
@@ -255,7 +255,7 @@ def fenced(code: str) -> str:
 
 @pytest.fixture(scope="module")
 def verifier():
-    from trl_loo_gspo.rewards.code import CodeVerifier
+    from trl_loo_gspo.verifiers.code.verifier import CodeVerifier
 
     return CodeVerifier(limits=small_sandbox_limits())
 
@@ -274,7 +274,7 @@ def humaneval():
 @pytest.mark.parametrize("name", sorted(ATTACKS))
 def test_attack_raises_its_signal(name):
     code, signal = ATTACKS[name]
-    assert signal in _ast_signals(ast.parse(code))
+    assert signal in tree_signals(ast.parse(code))
     assert signal in program_signals(code)
     if signal == "builtin_shadowing":  # with a row, kept when a test reads one of the shadowed names
         names = sorted(shadowed_builtins(ast.parse(code)) - {"*"}) or ["f"]
@@ -311,7 +311,7 @@ def test_the_legacy_signals_keep_their_names():
         "always_equal": "class A:\n    def __eq__(self, o):\n        return True\n",
         "file_access": "print(open('/sandbox/tests.py').read())\n",
     }
-    assert {name: _ast_signals(ast.parse(code)) for name, code in legacy.items()} == {name: {name} for name in legacy}
+    assert {name: tree_signals(ast.parse(code)) for name, code in legacy.items()} == {name: {name} for name in legacy}
     cases = [{"input": "3", "output": "1 2 3\n4 5 6"}]
     assert program_signals("print('1 2 3\\n4 5 6')", io_cases=cases) == {"hardcoded_output"}
 
@@ -319,7 +319,7 @@ def test_the_legacy_signals_keep_their_names():
 def test_every_signal_is_documented():
     emitted = {signal for _, signal in ATTACKS.values()} | {"early_exit", "file_access", "hardcoded_output"}
     emitted |= {"encoding_cookie", "unanalysable"}
-    assert {s for s in emitted if f"``{s}``" not in (code_analysis.__doc__ or "")} == set()
+    assert {s for s in emitted if f"``{s}``" not in (hacks.__doc__ or "")} == set()
 
 
 # -- honest programs are not ---------------------------------------------------------------------------------
@@ -328,7 +328,7 @@ def test_every_signal_is_documented():
 @pytest.mark.parametrize("name", sorted(HONEST))
 def test_honest_program_is_clean(name):
     code = HONEST[name]
-    assert _ast_signals(ast.parse(code)) == set()
+    assert tree_signals(ast.parse(code)) == set()
     assert program_signals(code, tests=["assert f(1) == 2"]) == set()
 
 
@@ -337,7 +337,7 @@ def test_humaneval_canonical_solutions_are_clean(humaneval):
     for task, problem in humaneval.items():
         program = problem["prompt"] + problem["canonical_solution"]
         tests = [problem["test"] + f"\ncheck({problem['entry_point']})\n"]
-        signals = _ast_signals(ast.parse(program)) | program_signals(program, tests=tests)
+        signals = tree_signals(ast.parse(program)) | program_signals(program, tests=tests)
         if signals:
             flagged[task] = signals
     assert flagged == {}
@@ -354,11 +354,11 @@ def test_humaneval_canonical_solutions_score_zero(verifier, humaneval):
 
 def test_file_access_reads_paths_not_prose():
     # prose about tests (HumanEval/64's FIX = "Add more test cases.", docstring examples) is not a file access
-    assert _ast_signals(ast.parse('FIX = """\nAdd more test cases.\n"""\n')) == set()
-    assert _ast_signals(ast.parse("def f():\n    '''>>> f('test')'''\n    return 1\n")) == set()
+    assert tree_signals(ast.parse('FIX = """\nAdd more test cases.\n"""\n')) == set()
+    assert tree_signals(ast.parse("def f():\n    '''>>> f('test')'''\n    return 1\n")) == set()
     for path in ("tests.py", "../tests", "/tmp/my tests/x", "test_main.py"):
-        assert "file_access" in _ast_signals(ast.parse(f"import linecache\nx = {path!r}\n")), path
-        assert "file_access" in _ast_signals(ast.parse(f"x = {path!r}\n")), path
+        assert "file_access" in tree_signals(ast.parse(f"import linecache\nx = {path!r}\n")), path
+        assert "file_access" in tree_signals(ast.parse(f"x = {path!r}\n")), path
 
 
 # -- always-equal: the dependence judgement ------------------------------------------------------------------
@@ -392,7 +392,7 @@ def _method(source: str) -> ast.FunctionDef:
 )
 def test_dunder_dependence(source, always):
     fn = _method(source)
-    assert _dunder_always(fn, fn.name, "Own") is always
+    assert dunder_always(fn, fn.name, "Own") is always
 
 
 # -- builtin shadowing: where a binding can fool the tests ---------------------------------------------------
@@ -408,8 +408,8 @@ def test_shadowed_names_and_scopes():
 def test_a_method_analysed_alone_is_not_module_level():
     # code_spans analyses each method wrapped in a Module of its own: an indented def binds nothing globally
     method = ast.parse("class Stack:\n    def sum(self):\n        return 0\n").body[0].body[0]
-    assert _ast_signals(ast.Module(body=[method], type_ignores=[])) == set()
-    assert _ast_signals(ast.parse("def sum(xs):\n    return 0\n")) == {"builtin_shadowing"}
+    assert tree_signals(ast.Module(body=[method], type_ignores=[])) == set()
+    assert tree_signals(ast.parse("def sum(xs):\n    return 0\n")) == {"builtin_shadowing"}
 
 
 def test_program_signals_keeps_shadowing_only_where_the_tests_can_see_it():
@@ -490,12 +490,12 @@ def _deep_eq_module(depth: int) -> ast.Module:
 def test_malformed_and_deep_trees_do_not_raise():
     cyclic = ast.BinOp(op=ast.Add(), right=ast.Constant(1))
     cyclic.left = cyclic
-    assert _ast_signals(ast.Module(body=[ast.Expr(cyclic)], type_ignores=[])) == {"unanalysable"}
-    assert _ast_signals(ast.Module(body=[ast.Assign(targets=None, value=None)], type_ignores=[])) == {"unanalysable"}
+    assert tree_signals(ast.Module(body=[ast.Expr(cyclic)], type_ignores=[])) == {"unanalysable"}
+    assert tree_signals(ast.Module(body=[ast.Assign(targets=None, value=None)], type_ignores=[])) == {"unanalysable"}
     for odd in (ast.Module(), ast.Module(body=None, type_ignores=[]), ast.Expression(body=ast.Name("x")), None, "x"):
-        assert isinstance(_ast_signals(odd), set)
+        assert isinstance(tree_signals(odd), set)
     # 100 000 levels: any recursive walk would overflow the stack; the dunder still reads as constant
-    assert _ast_signals(_deep_eq_module(100_000)) == {"always_equal"}
+    assert tree_signals(_deep_eq_module(100_000)) == {"always_equal"}
 
 
 def test_unparseable_programs_do_not_raise():
@@ -510,7 +510,7 @@ def test_a_megabyte_program_is_analysed_within_a_second(humaneval):
     program = solutions * (1_000_000 // len(solutions) + 1) + "sorted = list\n"
     tree = ast.parse(program)
     start = time.process_time()  # CPU time: other jobs on the machine do not count
-    signals = _ast_signals(tree)
+    signals = tree_signals(tree)
     cookie = encoding_cookie(program)
     assert time.process_time() - start < 5.0
     assert (signals, cookie) == ({"builtin_shadowing"}, None)
@@ -523,7 +523,7 @@ def test_analysis_is_linear():
         best = float("inf")
         for _ in range(3):
             start = time.perf_counter()
-            _ast_signals(tree)
+            tree_signals(tree)
             best = min(best, time.perf_counter() - start)
         return best
 

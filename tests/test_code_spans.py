@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from trl_loo_gspo.rewards import code as code_module
-from trl_loo_gspo.rewards.code import CodeVerifier, code_bounds, code_spans, extract_code
+from trl_loo_gspo.verifiers.code import verifier as code_module
+from trl_loo_gspo.verifiers.code.verifier import CodeVerifier, code_bounds, code_spans, extract_code
 
 from .helpers import small_sandbox_limits as small_limits
 

@@ -15,8 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from trl_loo_gspo.rewards import sandbox as sandbox_module
-from trl_loo_gspo.rewards.code import CodeVerifier, _unterminated_python, code_bounds, extract_code, normalize_output
+from trl_loo_gspo.sandbox import bubblewrap as sandbox_module
+from trl_loo_gspo.verifiers.code.verifier import (
+    CodeVerifier,
+    _unterminated_python,
+    code_bounds,
+    extract_code,
+    normalize_output,
+)
 
 from .helpers import small_sandbox_limits as small_limits
 

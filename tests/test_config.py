@@ -13,17 +13,18 @@ def make(**kwargs):
 
 def test_defaults_are_the_method_at_gspo_scale():
     config = make()
-    assert config.advantage_estimator == "loo"
-    assert config.loss_aggregation == "token_total"
-    assert (config.epsilon, config.epsilon_high) == (3e-4, 4e-4)
-    assert config.importance_sampling_level == "sequence"
-    assert config.scale_rewards == "none"
+    objective = config.objective
+    assert objective.advantage_estimator == "loo"
+    assert objective.loss_aggregation == "token_total"
+    assert (objective.epsilon_low, objective.epsilon_high) == (3e-4, 4e-4)
+    assert objective.importance_sampling_level == "sequence"
+    assert objective.scale_rewards == "none"
     assert config.log_ratio_clamp is None
     assert config.beta == 0.0
 
 
 def test_epsilon_high_none_means_equal_to_epsilon():
-    assert make(epsilon=0.01, epsilon_high=None).epsilon_high == 0.01
+    assert make(epsilon=0.01, epsilon_high=None).objective.epsilon_high == 0.01
 
 
 @pytest.mark.parametrize(
@@ -75,11 +76,19 @@ TRL_LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "
 
 @pytest.mark.parametrize("loss_type", TRL_LOSS_TYPES)
 def test_a_trl_loss_type_configures_exactly_what_grpo_config_does(loss_type):
-    ours = make(loss_type=loss_type).to_dict()
+    config = make(loss_type=loss_type)
+    ours, objective = config.to_dict(), config.objective
     stock = GRPOConfig(output_dir="/tmp/loo-gspo-test", use_cpu=True, bf16=False, report_to=[], loss_type=loss_type)
-    differing = {k: (v, ours[k]) for k, v in stock.to_dict().items() if ours[k] != v}
+    # the fields the user left unset stay None in the config; the resolved objective holds TRL's values
+    resolved = {
+        "epsilon": objective.epsilon_low,
+        "importance_sampling_level": objective.importance_sampling_level,
+        "scale_rewards": objective.scale_rewards,
+    }
+    differing = {k: (v, ours[k]) for k, v in stock.to_dict().items() if resolved.get(k, ours[k]) != v}
     assert differing == {}
-    assert ours["advantage_estimator"] == "trl" and ours["loss_aggregation"] is None
+    assert objective.epsilon_high == (stock.epsilon if stock.epsilon_high is None else stock.epsilon_high)
+    assert objective.advantage_estimator == "trl" and objective.loss_aggregation is None
 
 
 @pytest.mark.parametrize(
@@ -110,8 +119,8 @@ def test_which_code_computes_the_loss(kwargs, own_loss):
 def test_a_trl_loss_option_selects_trl_default_loss_and_says_so(kwargs):
     with pytest.warns(UserWarning, match="loss_type is TRL's default 'dapo'"):
         config = make(**kwargs)
-    assert config.loss_type == "dapo" and not config.uses_own_loss
-    assert config.epsilon == 0.2 and config.advantage_estimator == "trl"
+    assert config.objective.loss_type == "dapo" and not config.uses_own_loss
+    assert config.objective.epsilon_low == 0.2 and config.objective.advantage_estimator == "trl"
 
 
 @pytest.mark.parametrize(
@@ -120,8 +129,9 @@ def test_a_trl_loss_option_selects_trl_default_loss_and_says_so(kwargs):
 )
 def test_a_trl_advantage_option_keeps_our_loss_with_trl_advantages(kwargs, scale):
     config = make(**kwargs)
-    assert config.uses_own_loss and config.advantage_estimator == "trl" and config.scale_rewards == scale
-    assert make(multi_objective_aggregation="normalize_then_sum").advantage_estimator == "trl"
+    objective = config.objective
+    assert objective.uses_own_loss and objective.advantage_estimator == "trl" and objective.scale_rewards == scale
+    assert make(multi_objective_aggregation="normalize_then_sum").objective.advantage_estimator == "trl"
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from trl_loo_gspo.controllers import EntropyControllerState
-from trl_loo_gspo.controllers import entropy_controller_step as step
+from trl_loo_gspo.algorithms.controllers import EntropyControllerState
+from trl_loo_gspo.algorithms.controllers import entropy_controller_step as step
 
 S0 = EntropyControllerState()
 

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from trl_loo_gspo.rewards import proofs
-from trl_loo_gspo.rewards.base import SpanSignal, VerifierResult
-from trl_loo_gspo.rewards.proofs import CoqVerifier, _count_goals, _locate_proof_script, extract_proof_script
+from trl_loo_gspo.verifiers.base import SpanSignal, VerifierResult
+from trl_loo_gspo.verifiers.proofs import coq as proofs
+from trl_loo_gspo.verifiers.proofs.coq import CoqVerifier, extract_proof_script
+from trl_loo_gspo.verifiers.proofs.output import count_goals
+from trl_loo_gspo.verifiers.proofs.script import _locate_proof_script
 
 requires_coq = pytest.mark.skipif(
     shutil.which("coqc") is None, reason="coqc not installed (apt-get install -y coq); CI installs it"
@@ -56,19 +58,19 @@ def goals(spans: list[SpanSignal]) -> list[tuple]:
 def test_count_goals_parses_every_show_format():
     unfocused = "\n\n*** Unfocused goals:\n\ngoal 3 is:\n (exists n : nat, n = 0) /\\ True"
     complete = "This subproof is complete, but there are some unfocused goals.\nFocus next goal with bullet +.\n\n"
-    assert _count_goals("1 goal\n  \n  n : nat\n  ============================\n  n + 0 = n") == 1
-    assert _count_goals("No more goals.") == 0
-    assert _count_goals("All the remaining goals are on the shelf.\n\n1 goal\n\ngoal 1 is:\n nat") == 0
-    assert _count_goals("2 goals\n  \n  ============================\n  True\n\ngoal 2 is:\n True" + unfocused) == 3
-    assert _count_goals("1 focused goal (shelved: 1)\n  \n  ===\n  ?n = 0" + unfocused) == 2
-    assert _count_goals(complete + "2 goals\n\ngoal 1 is:\n True\ngoal 2 is:\n True") == 2
-    assert _count_goals('This subproof is complete, ...\nTry unfocusing with "}".\n\n1 goal\n\ngoal 1 is:\n T') == 1
+    assert count_goals("1 goal\n  \n  n : nat\n  ============================\n  n + 0 = n") == 1
+    assert count_goals("No more goals.") == 0
+    assert count_goals("All the remaining goals are on the shelf.\n\n1 goal\n\ngoal 1 is:\n nat") == 0
+    assert count_goals("2 goals\n  \n  ============================\n  True\n\ngoal 2 is:\n True" + unfocused) == 3
+    assert count_goals("1 focused goal (shelved: 1)\n  \n  ===\n  ?n = 0" + unfocused) == 2
+    assert count_goals(complete + "2 goals\n\ngoal 1 is:\n True\ngoal 2 is:\n True") == 2
+    assert count_goals('This subproof is complete, ...\nTry unfocusing with "}".\n\n1 goal\n\ngoal 1 is:\n T') == 1
     # lines that start inside a string literal of the goal are not read
     forged = '1 goal\n  \n  H : "\n*** Unfocused goals:\ngoal 2 is:\ngoal 3 is:" = ""\n  ====\n  True'
-    assert _count_goals(forged) == 1
-    assert _count_goals(forged + unfocused) == 2
-    assert _count_goals("") is None and _count_goals(None) is None
-    assert _count_goals("Some unexpected output") is None
+    assert count_goals(forged) == 1
+    assert count_goals(forged + unfocused) == 2
+    assert count_goals("") is None and count_goals(None) is None
+    assert count_goals("Some unexpected output") is None
 
 
 def test_locate_proof_script_offsets():

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from trl_loo_gspo.rewards import proofs
-from trl_loo_gspo.rewards.base import VerifierResult
-from trl_loo_gspo.rewards.coq_script import _screen_coq_script, _sentence_head, _span_flags
-from trl_loo_gspo.rewards.limited_run import RunOutcome
-from trl_loo_gspo.rewards.proofs import (
+from trl_loo_gspo.sandbox.limited_run import RunOutcome
+from trl_loo_gspo.verifiers.base import VerifierResult
+from trl_loo_gspo.verifiers.proofs import coq as proofs
+from trl_loo_gspo.verifiers.proofs.coq import (
     CoqBackend,
     CoqVerifier,
     LeanBackend,
@@ -18,6 +17,7 @@ from trl_loo_gspo.rewards.proofs import (
     extract_proof_script,
     theorem_name,
 )
+from trl_loo_gspo.verifiers.proofs.script import _screen_coq_script, _sentence_head, _span_flags
 
 requires_coq = pytest.mark.skipif(
     shutil.which("coqc") is None, reason="coqc not installed (apt-get install -y coq); CI installs it"
@@ -161,7 +161,7 @@ def test_rlimits_only_sandbox_and_describe():
 
 
 def test_hack_score_is_static_and_graded():
-    from trl_loo_gspo.rewards.proofs import HACK_WEIGHTS
+    from trl_loo_gspo.verifiers.proofs.script import HACK_WEIGHTS
 
     def hack(script: str) -> float:
         _, findings = analyze_coq_script(script, ADD_0_R)

@@ -11,9 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from trl_loo_gspo import LooGspoConfig, LooGspoTrainer, precision
-from trl_loo_gspo.train import main as train_main
-from trl_loo_gspo.train import make_parser
+from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
+from trl_loo_gspo.cli.train import main as train_main
+from trl_loo_gspo.config import precision
+from trl_loo_gspo.experiment.build import make_parser
 
 from .helpers import make_model_and_tokenizer, train_dataset
 
@@ -118,7 +119,7 @@ def test_help_names_every_flag_and_help_all_describes_them(capsys):
     full = _help("--help-all", capsys)
     from trl import ModelConfig
 
-    from trl_loo_gspo.train import LooGspoScriptArguments
+    from trl_loo_gspo.experiment.build import LooGspoScriptArguments
 
     for cls in (LooGspoScriptArguments, LooGspoConfig, ModelConfig):
         for f in dataclasses.fields(cls):

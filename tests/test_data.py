@@ -1,4 +1,4 @@
-"""trl_loo_gspo.data: column contract, mappers on raw public rows, loading, leak-free validation split."""
+"""trl_loo_gspo.experiment.data: column contract, mappers on raw public rows, loading, leak-free validation split."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from datasets import Dataset
 
-from trl_loo_gspo.data import (
+from trl_loo_gspo.experiment.data import (
     MAPPERS,
     TASK_COLUMNS,
     infer_mapper,
@@ -19,9 +19,9 @@ from trl_loo_gspo.data import (
     split_validation,
     validate_columns,
 )
-from trl_loo_gspo.registration import split_overlap
-from trl_loo_gspo.rewards.math import MathVerifier
-from trl_loo_gspo.rewards.proofs import extract_proof_script
+from trl_loo_gspo.records.registration import split_overlap
+from trl_loo_gspo.verifiers.math import MathVerifier
+from trl_loo_gspo.verifiers.proofs.coq import extract_proof_script
 
 from .helpers import small_sandbox_limits
 
@@ -259,7 +259,7 @@ def test_humaneval_mapper_builds_a_runnable_check():
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 def test_code_rows_scored_by_the_real_code_verifier():
-    from trl_loo_gspo.rewards.code import CodeVerifier
+    from trl_loo_gspo.verifiers.code.verifier import CodeVerifier
 
     verifier = CodeVerifier(limits=small_sandbox_limits(), max_workers=2)
     mbpp = prepare_dataset(Dataset.from_list(MBPP), "code")
@@ -310,7 +310,7 @@ def test_coq_basics_schema_and_unique_statements():
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("coqc") is None, reason="coqc not installed (apt-get install -y coq)")
 def test_coq_basics_reference_proofs_check():
-    from trl_loo_gspo.rewards.proofs import CoqVerifier
+    from trl_loo_gspo.verifiers.proofs.coq import CoqVerifier
 
     rows = load_coq_basics()
     verifier = CoqVerifier(timeout=30)

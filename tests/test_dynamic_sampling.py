@@ -30,16 +30,17 @@ class Recording(LooGspoTrainer):
         self.batches = []
         self.recorded = []
 
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        self.batches.append(
-            {
-                "rewards": self._last_rewards_per_func.clone(),
-                "pad": self._last_rewards_per_func.isnan().all(1),
-                "output": output,
-            }
-        )
-        return output
+    def _log_round(self, mode, output, round_data, *rest):
+        super()._log_round(mode, output, round_data, *rest)
+        if mode == "train":
+            self.batches.append(
+                {
+                    "rewards": round_data.rewards_per_func.clone(),
+                    "pad": round_data.padding.clone(),
+                    "group_ids": round_data.group_ids.clone(),
+                    "output": output,
+                }
+            )
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
@@ -130,7 +131,7 @@ def test_rollout_token_budget_stops_training_within_one_batch(tmp_path):
     # stopped cleanly: a checkpoint at the stopping step, with the counters
     saved = json.loads((tmp_path / f"checkpoint-{trainer.state.global_step}" / "trainer_state.json").read_text())
     snapshot = saved["stateful_callbacks"]["RunStateCallback"]["attributes"]["snapshot"]
-    assert snapshot["generated_tokens_total"] == trainer.generated_tokens_total
+    assert snapshot["counters"]["generated_tokens_total"] == trainer.generated_tokens_total
 
 
 def test_without_dynamic_sampling_degenerate_groups_reach_the_loss_with_zero_weight(tmp_path):
@@ -146,7 +147,7 @@ def test_probe_never_generates_the_continuation_for_filtered_prompts(tmp_path):
     plus the new prompts' probes. Continuations go only to prompts whose probe was mixed."""
     trainer, _ = make(tmp_path, max_steps=3, probe_generations=3)
     calls, continued, probed = [], [], []
-    rollout, probe_round = trainer.rollout_func, trainer._probe_round
+    rollout, probe_round = trainer.rollout_func, trainer.sampler._probe_round
 
     def spy(prompts, trainer_):
         assert trainer_.num_generations == 4  # never changed to steer the backend
@@ -158,7 +159,7 @@ def test_probe_never_generates_the_continuation_for_filtered_prompts(tmp_path):
         probed.extend(x["prompt"] for x in prompts)
         return probe_round(prompts, pending, rows_missing, final)
 
-    trainer.rollout_func, trainer._probe_round = spy, spy_round
+    trainer.rollout_func, trainer.sampler._probe_round = spy, spy_round
     kinds = {row["prompt"]: row["kind"] for row in trainer.train_dataset}
     trainer.train()
     rounds = sum(h["sampling/rounds"] for h in trainer.state.log_history if "sampling/rounds" in h)
@@ -191,14 +192,14 @@ def test_registry_excludes_filtered_prompts_from_refill_and_readmits_them(tmp_pa
     trainer, _ = make(tmp_path, dataset=dataset, max_steps=5, recheck_filtered_every=2, probe_generations=2)
     trainer.reward_funcs = [reward]
     drawn = []
-    draw = trainer._refill.draw
+    draw = trainer.sampler._refill.draw
 
     def spy(count, exclude=None):
         indices = draw(count, exclude)
         drawn.append((trainer.state.global_step, set(indices), set(trainer.filtered_registry)))
         return indices
 
-    trainer._refill.draw = spy
+    trainer.sampler._refill.draw = spy
     trainer.train()
     assert drawn and all(not (indices & registered) for _, indices, registered in drawn)
     logs = {h["step"]: h for h in trainer.state.log_history if "sampling/readmitted" in h}
@@ -210,7 +211,7 @@ def test_registry_excludes_filtered_prompts_from_refill_and_readmits_them(tmp_pa
 
 
 def test_adaptive_group_size_gives_informative_prompts_more_answers_at_a_fixed_budget(tmp_path):
-    from trl_loo_gspo.core import loo_advantages
+    from trl_loo_gspo.algorithms.advantages import loo_advantages
 
     trainer, _ = make(
         tmp_path,
@@ -224,12 +225,12 @@ def test_adaptive_group_size_gives_informative_prompts_more_answers_at_a_fixed_b
     for batch in trainer.batches:
         rewards = batch["rewards"][:, 0].double()
         assert rewards.numel() == 32  # the generation batch (16 per device × 2 steps) keeps its size
-        ids = trainer._batch_group_ids
+        ids = batch["group_ids"]
         sizes = torch.bincount(ids).tolist()
         assert sum(sizes) == 32 and max(sizes) == 6  # mixed probes (p = 0.5) get max_generations
     logs = [h for h in trainer.state.log_history if "sampling/groups" in h]
     assert all(h["sampling/groups"] < 32 / K for h in logs) or any(h["sampling/padded_fraction"] > 0 for h in logs)
     # LOO over the variable-size groups of the last batch reached the loss
     last = trainer.batches[-1]
-    expected = loo_advantages(last["rewards"][:, 0].double(), trainer._batch_group_ids)
+    expected = loo_advantages(last["rewards"][:, 0].double(), last["group_ids"])
     torch.testing.assert_close(last["output"]["advantages"].double(), expected, rtol=0, atol=1e-6)

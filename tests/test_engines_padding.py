@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trl_loo_gspo import validation
-from trl_loo_gspo.tiny import char_tokenizer
-from trl_loo_gspo.validation import ValidationCallback
+from trl_loo_gspo.demo.tiny import char_tokenizer
+from trl_loo_gspo.trainer import validation
+from trl_loo_gspo.trainer.validation import ValidationCallback
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])

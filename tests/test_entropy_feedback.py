@@ -3,8 +3,8 @@
 import pytest
 
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
-from trl_loo_gspo.controllers import EntropyControllerState, entropy_controller_step
-from trl_loo_gspo.tiny import addition_dataset, digit_fraction_reward
+from trl_loo_gspo.algorithms.controllers import EntropyControllerState, entropy_controller_step
+from trl_loo_gspo.demo.tiny import addition_dataset, digit_fraction_reward
 
 from .helpers import base_kwargs, make_model_and_tokenizer
 

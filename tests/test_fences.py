@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from trl_loo_gspo.rewards.fences import COQ_LANG_CHARS, Fence, find_fences, iter_fences
+from trl_loo_gspo.verifiers.text import COQ_LANG_CHARS, Fence, find_fences, iter_fences
 
 CODE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)```", re.DOTALL)
 COQ_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)

@@ -7,7 +7,8 @@ import shlex
 import pytest
 from accelerate.utils import DistributedType
 
-from trl_loo_gspo.train import build_trainer, make_parser
+from trl_loo_gspo.experiment.build import build_trainer, make_parser
+from trl_loo_gspo.trainer.reference_kl import ReferenceKL
 
 from .recipe_fixtures import REPO, cpu_overrides, data_override, save_tiny_model
 
@@ -49,7 +50,7 @@ def test_sharded_full_finetune_refusal_names_the_flag_that_works(tmp_path, monke
     assert trainer.args.reference_kl_logging_steps == 10  # the recipe's value, kept when the flag is left off
     monkeypatch.setattr(trainer.accelerator.state, "distributed_type", engine)
     with pytest.raises(ValueError, match="reference_kl_logging_steps=10 with beta=0") as refusal:
-        trainer._reference_for_kl_logging()
+        ReferenceKL(trainer.args, trainer.beta, trainer.model, trainer.accelerator)
     flag = re.search(r"`(--reference_kl_logging_steps \S+)`", str(refusal.value)).group(1)
     _, fixed, _ = _parse([*argv, *flag.split()], tmp_path / "again")
     assert fixed.reference_kl_logging_steps is None

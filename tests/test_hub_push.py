@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import torch
 
-from trl_loo_gspo.hub import SOURCES
+from trl_loo_gspo.records.card import SOURCES
 
 from .hub_server import HubServer
 from .recipe_fixtures import REPO, cpu_overrides, data_override, save_tiny_model

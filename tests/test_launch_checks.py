@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from accelerate.utils import DistributedType
 
-from trl_loo_gspo.launch import engine_warning, launch_error, requested_engine
+from trl_loo_gspo.trainer.launch import engine_warning, launch_error, requested_engine
 
 from .helpers import free_port
 

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from trl_loo_gspo.rewards import MathVerifier, VerifierResult
-from trl_loo_gspo.rewards.math import _boxed_contents
+from trl_loo_gspo.verifiers import MathVerifier, VerifierResult
+from trl_loo_gspo.verifiers.math import boxed_contents
 
 pytest.importorskip("math_verify")
 
@@ -158,7 +158,7 @@ def test_boxed_contents_match_the_former_depth_count_on_random_text():
     for _ in range(20_000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 14)))
         expected = quadratic_boxed_contents(text)
-        assert _boxed_contents(text) == expected, repr(text)
+        assert boxed_contents(text) == expected, repr(text)
         nonempty += bool(expected)
     assert nonempty > 5_000
 

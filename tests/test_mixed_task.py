@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from trl_loo_gspo.ablation import AblationPlan
 from trl_loo_gspo.demo.evaluate import sample_groups
 from trl_loo_gspo.demo.mixed import MixedSumTask, group_profile
 from trl_loo_gspo.demo.multistep import MultiStepTask, final_score
 from trl_loo_gspo.demo.policy import PolicySpec
-from trl_loo_gspo.tiny import char_tokenizer, tiny_qwen2
+from trl_loo_gspo.demo.tiny import char_tokenizer, tiny_qwen2
+from trl_loo_gspo.experiment.ablation.plan import AblationPlan
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -102,10 +102,10 @@ def test_the_shipped_mixed_plan_checks_and_is_balanced():
 
 
 def test_the_shipped_mixed_plan_updates_off_policy_so_that_clipping_can_act():
-    from trl_loo_gspo.ablation import _run_args
+    from trl_loo_gspo.experiment.ablation.plan import run_args
 
     plan = AblationPlan.from_yaml(ROOT / "recipes" / "ablations" / "mixed.yaml")
     for variant in plan.variants:
-        args = _run_args(plan, variant["name"], variant["config"], False, 0)
+        args = run_args(plan, variant["name"], variant["config"], False, 0)
         assert args.steps_per_generation > args.gradient_accumulation_steps  # several updates per generation round
         assert args.generation_batch_size == 256 and args.num_generations == 8

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
-from trl_loo_gspo.tiny import addition_dataset
+from trl_loo_gspo.demo.tiny import addition_dataset
 
 from .helpers import base_kwargs, make_model_and_tokenizer
 

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from trl_loo_gspo.rewards.code import CodeVerifier
+from trl_loo_gspo.verifiers.code.verifier import CodeVerifier
 
 from .helpers import small_sandbox_limits
 

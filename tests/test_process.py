@@ -8,9 +8,10 @@ import math
 import pytest
 import torch
 
-from trl_loo_gspo import core, process
+from trl_loo_gspo.algorithms import losses as loss_fns
+from trl_loo_gspo.algorithms import spans as process
 from trl_loo_gspo.demo.multistep import MultiStepTask, MultiStepVerifier, final_score, parse_steps, step_spans
-from trl_loo_gspo.rewards import SpanSignal
+from trl_loo_gspo.verifiers import SpanSignal
 
 F64 = torch.float64
 
@@ -68,8 +69,8 @@ def test_token_char_ends_and_token_advantages():
 def test_token_response_loss_with_constant_token_advantages_is_the_response_loss_exactly():
     s = torch.tensor([0.9, 1.0002, 1.3, 0.99999], dtype=F64)
     adv = torch.tensor([1.0, -0.5, 2.0, -1.5], dtype=F64)
-    token = core.token_response_loss(s, adv.unsqueeze(1).expand(4, 5), 3e-4, 4e-4)
-    assert torch.equal(token, core.response_loss(s, adv, 3e-4, 4e-4).unsqueeze(1).expand(4, 5))
+    token = loss_fns.token_response_loss(s, adv.unsqueeze(1).expand(4, 5), 3e-4, 4e-4)
+    assert torch.equal(token, loss_fns.response_loss(s, adv, 3e-4, 4e-4).unsqueeze(1).expand(4, 5))
 
 
 def test_per_token_objective_gradient_matches_the_hand_formula():
@@ -81,7 +82,7 @@ def test_per_token_objective_gradient_matches_the_hand_formula():
     n = mask.sum()
 
     def objective(log_s):
-        return (core.token_response_loss(torch.exp(log_s), adv, eps_low, eps_high) * mask).sum() / n
+        return (loss_fns.token_response_loss(torch.exp(log_s), adv, eps_low, eps_high) * mask).sum() / n
 
     objective(log_s).backward()
     s = torch.exp(log_s.detach()).unsqueeze(1)
@@ -167,7 +168,7 @@ def test_a_hacked_answer_gets_no_positive_process_advantage():
 def test_streamed_char_ends_equal_prefix_decoding_or_fall_back():
     import string
 
-    from trl_loo_gspo.tiny import char_tokenizer
+    from trl_loo_gspo.demo.tiny import char_tokenizer
 
     tokenizer = char_tokenizer(string.printable)
     ids = tokenizer("12+34=46; (x) ok", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
@@ -186,13 +187,11 @@ def test_quadratic_span_mapping_fallback_warns_once():
     """A tokenizer that cannot be streamed makes span mapping decode every prefix (O(T²)): say so, once."""
     import warnings
 
-    from trl_loo_gspo.process_feedback import ProcessFeedbackMixin
+    from trl_loo_gspo.trainer.process import ProcessFeedback
 
-    class Host(ProcessFeedbackMixin):
-        processing_class = object()  # no fast backend
-        _warned_quadratic_spans = False
-
-    host = Host()
+    host = object.__new__(ProcessFeedback)
+    host.processing_class = object()  # no fast backend
+    host._warned_quadratic_spans = False
 
     def decode(batch):
         return ["".join(str(i) for i in ids) for ids in batch]

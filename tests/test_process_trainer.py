@@ -11,9 +11,11 @@ import string
 import pytest
 import torch
 
-from trl_loo_gspo import LooGspoConfig, LooGspoTrainer, core, process
+from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
+from trl_loo_gspo.algorithms import losses as loss_fns
+from trl_loo_gspo.algorithms import spans as process
 from trl_loo_gspo.demo.multistep import MultiStepTask, MultiStepVerifier, step_spans
-from trl_loo_gspo.tiny import char_tokenizer, tiny_qwen2
+from trl_loo_gspo.demo.tiny import char_tokenizer, tiny_qwen2
 
 from .helpers import base_kwargs, multistep_operands, multistep_rollout, multistep_variants
 
@@ -145,9 +147,9 @@ def test_the_update_is_autograd_of_the_per_token_objective(tmp_path):
         attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         logps, _, _ = trainer._get_per_token_logps_and_entropies(reference, ids, attn, batch["completion_ids"].size(1))
         mask = batch["completion_mask"]
-        s = core.sequence_ratio(logps, logps.detach(), mask)
+        s = loss_fns.sequence_ratio(logps, logps.detach(), mask)
         token_adv = batch["advantages"].unsqueeze(1) + batch["process_advantages"]
-        losses = core.token_response_loss(s, token_adv, trainer.epsilon_low, trainer.epsilon_high)
+        losses = loss_fns.token_response_loss(s, token_adv, trainer.epsilon_low, trainer.epsilon_high)
         ((losses * mask).sum() / total).backward()
     after = dict(trainer.model.named_parameters())
     for name, p0 in model0.named_parameters():
@@ -174,7 +176,7 @@ def test_process_advantages_of_the_four_multistep_answers():
 def test_safeguards_judge_final_correctness_by_the_verifier_not_the_shaped_reward(tmp_path):
     """With a shaped reward (an overlong penalty lowers every score below 1), the pass rate the safeguards use is
     still the verifier's own: one right answer in each group of four."""
-    from trl_loo_gspo.rewards.shaping import ShapedReward
+    from trl_loo_gspo.verifiers.shaping import ShapedReward
 
     shaped = ShapedReward(
         MultiStepVerifier(emit_spans=True), lambda_len=0.5, max_completion_length=24, soft_punish_cache=20
@@ -201,7 +203,7 @@ def test_coq_tactic_spans_reach_the_token_advantages(tmp_path):
     the answer without a proof are debited, text outside the tactics gets nothing."""
     from datasets import Dataset
 
-    from trl_loo_gspo.rewards import CoqVerifier
+    from trl_loo_gspo.verifiers import CoqVerifier
 
     tokenizer = char_tokenizer(string.printable)
     model = tiny_qwen2(tokenizer, hidden_size=32, num_hidden_layers=2, seed=0, max_position_embeddings=512)

@@ -7,8 +7,9 @@ import torch
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM
 
-from trl_loo_gspo import LooGspoConfig, LooGspoTrainer, core
-from trl_loo_gspo.tiny import addition_dataset, digit_fraction_reward
+from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
+from trl_loo_gspo.algorithms import losses as loss_fns
+from trl_loo_gspo.demo.tiny import addition_dataset, digit_fraction_reward
 
 from .helpers import base_kwargs, make_model_and_tokenizer
 
@@ -57,8 +58,10 @@ def test_kl_term_gradient_matches_autograd_of_k3_with_the_token_total_denominato
     attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
     logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, length)
     mask = completion_mask.to(logps.dtype)
-    s = core.sequence_ratio(logps, logps.detach(), mask)  # TRL's use_bias_correction_kl weights KL by the ratio
-    expected = beta * (core.k3_kl(logps, inputs["ref_per_token_logps"]) * s.unsqueeze(1) * mask).sum() / denominator
+    s = loss_fns.sequence_ratio(logps, logps.detach(), mask)  # TRL's use_bias_correction_kl weights KL by the ratio
+    expected = (
+        beta * (loss_fns.k3_kl(logps, inputs["ref_per_token_logps"]) * s.unsqueeze(1) * mask).sum() / denominator
+    )
     expected.backward()
     assert got
     for name, param in model.named_parameters():
@@ -95,13 +98,13 @@ def test_kl_logging_cadence_when_rounds_do_not_fall_on_multiples_of_n(tmp_path):
     )
     logged.train()
     assert [h["step"] for h in logged.state.log_history if "kl" in h] == [1, 5, 9, 13]
-    assert logged.kl_due_step == 15
+    assert logged.reference_kl.due_step == 15
 
 
 def test_kl_logging_with_lora_uses_the_disabled_adapter(tmp_path):
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     trainer = make(tmp_path, peft_config=lora, reference_kl_logging_steps=1, max_steps=2)
-    assert trainer._kl_ref_model is None  # no second copy: the base model is the reference
+    assert trainer.reference_kl.reference is None  # no second copy: the base model is the reference
     trainer.train()
     kls = [h["kl"] for h in trainer.state.log_history if "kl" in h]
     assert len(kls) == 2 and kls[0] > 0.0  # random (non-zero) LoRA weights: the policy differs from the base

@@ -7,10 +7,10 @@ import pytest
 from datasets import Dataset
 
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
-from trl_loo_gspo.registration import content_fingerprint, row_hashes, split_overlap, weights_fingerprint
-from trl_loo_gspo.rewards import MathVerifier
-from trl_loo_gspo.rewards.shaping import ShapedReward
-from trl_loo_gspo.tiny import addition_dataset, digit_fraction_reward
+from trl_loo_gspo.demo.tiny import addition_dataset, digit_fraction_reward
+from trl_loo_gspo.records.registration import content_fingerprint, row_hashes, split_overlap, weights_fingerprint
+from trl_loo_gspo.verifiers import MathVerifier
+from trl_loo_gspo.verifiers.shaping import ShapedReward
 
 from .helpers import base_kwargs, make_model_and_tokenizer
 
@@ -76,7 +76,8 @@ def test_experiment_json_is_written_before_training_with_the_spec_fields(tmp_pat
     assert record["limits"]["max_completion_length"] == trainer.args.max_completion_length
     assert record["sampling"]["num_generations"] == 4 and record["optimizer"]["optim"].lower().endswith("sgd")
     assert record["budget"]["max_steps"] == 1 and record["seeds"]["seed"] == 7
-    assert record["config"]["advantage_estimator"] == "loo"
+    assert record["config"]["advantage_estimator"] is None  # as the user wrote it
+    assert record["objective"]["advantage_estimator"] == "loo"  # what it resolved to
     assert record["versions"]["trl"].startswith("1.16") and record["versions"]["torch"]
     assert "git_commit" in record
 
@@ -112,7 +113,7 @@ def test_the_record_goes_into_the_model_card(tmp_path):
 
 def test_registration_hashes_the_weights_and_each_dataset_once_per_trainer(tmp_path, monkeypatch):
     """A second ``train()`` (a resume, a continued run) used to hash every weight and every row again."""
-    from trl_loo_gspo import publishing
+    from trl_loo_gspo.trainer import publishing
 
     calls = {"weights": 0, "rows": 0}
     weights, rows = publishing.weights_fingerprint, publishing.content_fingerprint

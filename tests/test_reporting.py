@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
-from trl_loo_gspo.reporting import RECORD_KEY, SummaryTable, send_record_to_trackers, summary_rows
-from trl_loo_gspo.tiny import addition_dataset, digit_fraction_reward
+from trl_loo_gspo.demo.tiny import addition_dataset, digit_fraction_reward
+from trl_loo_gspo.trainer.reporting import RECORD_KEY, SummaryTable, send_record_to_trackers, summary_rows
 
 from .helpers import base_kwargs, make_model_and_tokenizer
 

@@ -11,9 +11,9 @@ import torch
 from datasets import Dataset, IterableDataset
 
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
-from trl_loo_gspo import train as train_cli
-from trl_loo_gspo.reporting import summary_rows
-from trl_loo_gspo.run_checks import RewardTally, check_dataset, check_reward_output, nothing_trained_reason
+from trl_loo_gspo.cli import train as train_cli
+from trl_loo_gspo.trainer.checks import RewardTally, check_dataset, check_reward_output, nothing_trained_reason
+from trl_loo_gspo.trainer.reporting import summary_rows
 
 from .helpers import base_kwargs, make_model_and_tokenizer, train_dataset
 

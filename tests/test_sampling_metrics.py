@@ -5,7 +5,8 @@ rewards/frac_unscorable (padding rows are not answers)."""
 import pytest
 import torch
 
-from trl_loo_gspo import LooGspoConfig, LooGspoTrainer, core
+from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
+from trl_loo_gspo.algorithms import advantages
 
 from .helpers import (
     base_kwargs,
@@ -99,9 +100,9 @@ def test_rows_without_signal_counts_actual_groups():
     them, would see [1, 1, 1, 1] and [0, 0, 1, 1]: half the rows "zero std"."""
     rewards = torch.tensor([1.0, 1, 1, 1, 0, 0, 1, 1])
     groups = torch.tensor([0, 0, 0, 0, 0, 0, 1, 1])
-    assert core.frac_rows_without_signal(rewards, groups) == 0.25
+    assert advantages.frac_rows_without_signal(rewards, groups) == 0.25
     padding = torch.tensor([True] * 6 + [False] * 2)
-    assert core.frac_rows_without_signal(rewards, groups, rows=padding) == 0.0
+    assert advantages.frac_rows_without_signal(rewards, groups, rows=padding) == 0.0
 
 
 def test_frac_reward_zero_std_with_adaptive_group_sizes(tmp_path):

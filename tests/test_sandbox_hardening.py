@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from trl_loo_gspo.rewards import sandbox as sandbox_module
-from trl_loo_gspo.rewards import seccomp
-from trl_loo_gspo.rewards.sandbox import Sandbox, SandboxRun, _bound_roots
+from trl_loo_gspo.sandbox import bubblewrap as sandbox_module
+from trl_loo_gspo.sandbox import seccomp
+from trl_loo_gspo.sandbox.bubblewrap import Sandbox, SandboxRun, _bound_roots
 
 from .helpers import small_sandbox_limits
 
@@ -33,7 +33,7 @@ needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None,
     reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap (CI installs it)",
 )
-REWARDS_DIR = Path(sandbox_module.__file__).resolve().parent
+SANDBOX_DIR = Path(sandbox_module.__file__).resolve().parent
 TMPFS = small_sandbox_limits().tmpfs_bytes
 
 
@@ -498,9 +498,9 @@ def test_ordinary_programs_still_work():
 UNPRIVILEGED = r"""
 import importlib, json, os, sys, types
 pkg = types.ModuleType("sandbox_pkg")
-pkg.__path__ = [sys.argv[1]]  # sandbox.py and seccomp.py only: no torch, no site-packages needed
+pkg.__path__ = [sys.argv[1]]  # bubblewrap.py, runner.py and seccomp.py only: no torch, no site-packages needed
 sys.modules["sandbox_pkg"] = pkg
-sb = importlib.import_module("sandbox_pkg.sandbox")
+sb = importlib.import_module("sandbox_pkg.bubblewrap")
 survey, fill = (open(path).read() for path in sys.argv[2:4])
 limits = sb.SandboxLimits(wall_timeout_s=20, cpu_time_s=10, memory_bytes=512 << 20, max_processes=16,
                           file_size_bytes=64 << 20, tmpfs_bytes=8 << 20, output_bytes=1 << 20)
@@ -526,8 +526,8 @@ print(json.dumps({"euid": os.geteuid(), "disable_userns": box.disable_userns, "f
 )
 def test_unprivileged_user_namespace_path():
     """The non-root path (bwrap makes a user namespace; --disable-userns) as uid 65534, in a private mount namespace
-    where a tmpfs on /mnt holds binds of the interpreter prefix, rewards/ and the scripts (a path under /tmp would be
-    hidden inside the sandbox by its own /tmp)."""
+    where a tmpfs on /mnt holds binds of the interpreter prefix, trl_loo_gspo/sandbox/ and the scripts (a path under
+    /tmp would be hidden inside the sandbox by its own /tmp)."""
     if sys.prefix != sys.base_prefix:
         pytest.skip("runs the base interpreter, which cannot see a venv's packages")
     if not os.path.isdir("/mnt"):
@@ -541,7 +541,7 @@ def test_unprivileged_user_namespace_path():
         exe = Path("/mnt/py") / Path(sys.executable).resolve().relative_to(Path(sys.base_prefix).resolve())
         shell = (
             "mount -t tmpfs -o mode=755 loogspo /mnt && mkdir /mnt/py /mnt/code /mnt/scripts"
-            f" && mount --bind {sys.base_prefix} /mnt/py && mount --bind {REWARDS_DIR} /mnt/code"
+            f" && mount --bind {sys.base_prefix} /mnt/py && mount --bind {SANDBOX_DIR} /mnt/code"
             f" && mount --bind {base} /mnt/scripts && exec setpriv --reuid=65534 --regid=65534 --clear-groups"
             f" --inh-caps=-all env -i PATH=/usr/bin:/bin {exe} -I /mnt/scripts/driver.py /mnt/code"
             " /mnt/scripts/survey.py /mnt/scripts/fill.py"

@@ -2,8 +2,8 @@
 
 import pytest
 
-from trl_loo_gspo.rewards import MathVerifier, Verifier, VerifierResult
-from trl_loo_gspo.rewards.shaping import ShapedReward
+from trl_loo_gspo.verifiers import MathVerifier, Verifier, VerifierResult
+from trl_loo_gspo.verifiers.shaping import ShapedReward
 
 
 class Exact(Verifier):
@@ -101,7 +101,7 @@ def test_hack_term_needs_a_detector():
 @pytest.mark.slow
 def test_components_appear_in_the_trainer_logs(tmp_path):
     from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
-    from trl_loo_gspo.tiny import addition_dataset
+    from trl_loo_gspo.demo.tiny import addition_dataset
 
     from .helpers import base_kwargs, make_model_and_tokenizer
 

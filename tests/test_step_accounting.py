@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from trl_loo_gspo.run_state import LEGACY_STATE_FILE, RunStateCallback, saved_run_state
-from trl_loo_gspo.step_accounting import IDX, SUM_STATS, StepAccounting, step_denominator
+from trl_loo_gspo.algorithms.step_accounting import IDX, SUM_STATS, StepAccounting, step_denominator
+from trl_loo_gspo.trainer.run_state import LEGACY_STATE_FILE, RunStateCallback, saved_run_state
 
 
 def brute_force(first, n, steps, iterations, counts):

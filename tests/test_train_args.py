@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from trl_loo_gspo.registration import split_overlap
-from trl_loo_gspo.rewards import CodeVerifier, MathVerifier
-from trl_loo_gspo.rewards.shaping import ShapedReward
-from trl_loo_gspo.train import LooGspoScriptArguments, build_reward_funcs, build_verifier, load_splits
+from trl_loo_gspo.experiment.build import LooGspoScriptArguments, build_reward_funcs, build_verifier, load_splits
+from trl_loo_gspo.records.registration import split_overlap
+from trl_loo_gspo.verifiers import CodeVerifier, MathVerifier
+from trl_loo_gspo.verifiers.shaping import ShapedReward
 
 from .recipe_fixtures import write_raw
 
@@ -58,7 +58,7 @@ def test_verifier_and_reward_functions_from_the_arguments():
         task="math",
         overlong_penalty=1.0,
         overlong_buffer=16,
-        extra_reward_funcs=["trl_loo_gspo.tiny.digit_fraction_reward"],
+        extra_reward_funcs=["trl_loo_gspo.demo.tiny.digit_fraction_reward"],
     )
     funcs = build_reward_funcs(shaped_args, verifier, training)
     assert isinstance(funcs[0], ShapedReward) and funcs[0].lambda_len == 1.0
@@ -70,7 +70,7 @@ def test_verifier_and_reward_functions_from_the_arguments():
 
 
 def test_process_feedback_asks_the_verifier_for_spans():
-    from trl_loo_gspo.rewards import CoqVerifier
+    from trl_loo_gspo.verifiers import CoqVerifier
 
     assert build_verifier(LooGspoScriptArguments(dataset_name="x", task="code"), emit_spans=True).emit_spans
     assert not build_verifier(LooGspoScriptArguments(dataset_name="x", task="code")).emit_spans

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from peft import PeftModel
 
-from trl_loo_gspo.train import LooGspoScriptArguments, build_trainer, make_parser
-from trl_loo_gspo.validation import ValidationCallback
+from trl_loo_gspo.experiment.build import LooGspoScriptArguments, build_trainer, make_parser
+from trl_loo_gspo.trainer.validation import ValidationCallback
 
 from .helpers import free_port
 from .recipe_fixtures import RECIPES, REPO, cpu_overrides, data_override, save_tiny_model

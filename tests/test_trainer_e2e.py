@@ -6,8 +6,9 @@ import torch
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM
 
-from trl_loo_gspo import LooGspoConfig, LooGspoTrainer, core
-from trl_loo_gspo.tiny import addition_dataset, digit_fraction_reward
+from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
+from trl_loo_gspo.algorithms import losses as loss_fns
+from trl_loo_gspo.demo.tiny import addition_dataset, digit_fraction_reward
 
 from .helpers import base_kwargs, make_model_and_tokenizer
 
@@ -140,9 +141,9 @@ def test_compute_loss_with_kl_and_vllm_importance_weights_matches_hand_formula(t
     loss = trainer._compute_loss(trainer.model, inputs)
 
     mask = inputs["completion_mask"].double()
-    s = core.sequence_ratio(logps.double(), inputs["old_per_token_logps"].double(), mask)
-    ell = core.response_loss(s, inputs["advantages"].double(), 0.2, 0.3)
-    kl = core.k3_kl(logps.double(), inputs["ref_per_token_logps"].double())
+    s = loss_fns.sequence_ratio(logps.double(), inputs["old_per_token_logps"].double(), mask)
+    ell = loss_fns.response_loss(s, inputs["advantages"].double(), 0.2, 0.3)
+    kl = loss_fns.k3_kl(logps.double(), inputs["ref_per_token_logps"].double())
     assert trainer.args.use_bias_correction_kl  # TRL's default: the KL term is weighted by the sequence ratio
     kl = kl * s.unsqueeze(1)
     expected = ((ell.unsqueeze(1) * rho.double() + 0.1 * kl) * mask).sum() / 40.0
@@ -163,7 +164,7 @@ def test_outer_guard_clamps_and_reports(tmp_path):
     grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
     assert all(torch.isfinite(g).all() for g in grads)
     # every valid answer fired (5 of them: the row with no valid token does not count)
-    from trl_loo_gspo.step_accounting import IDX
+    from trl_loo_gspo.algorithms.step_accounting import IDX
 
     assert trainer._accounting.stats[IDX["guard_answers"]].item() == 5
     assert trainer._accounting.stats[IDX["answers"]].item() == 5
@@ -185,4 +186,4 @@ def test_model_card_and_tags(tmp_path):
     trainer = make_trainer(tmp_path, max_steps=1)
     # TRL tags the model with the trainer's tag names; the Hub card carries them
     assert {"trl", "trl-loo-gspo", "rlvr"} <= set(trainer.model.model_tags)
-    assert trainer.args.loss_type == "loo_gspo"
+    assert trainer.objective.loss_type == "loo_gspo"

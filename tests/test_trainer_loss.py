@@ -116,7 +116,7 @@ def test_loo_advantages_reach_the_loss_with_nan_rows(tmp_path):
     )
     logged = torch.tensor(list(ours._logs["advantages"]), dtype=torch.float64)
     assert torch.isnan(rewards).any(), "the deterministic rollout should produce unscorable rows"
-    from trl_loo_gspo.core import loo_advantages
+    from trl_loo_gspo.algorithms.advantages import loo_advantages
 
     expected = loo_advantages(rewards, torch.arange(rewards.numel()) // 4)
     torch.testing.assert_close(logged, expected, rtol=0, atol=1e-6)

@@ -50,7 +50,7 @@ def test_trl_loss_type_equals_stock_grpo_trainer(tmp_path, loss_type, dynamic_sa
         LooGspoTrainer, LooGspoConfig, tmp_path / "ours", loss_type=loss_type, dynamic_sampling=dynamic_sampling
     )
     stock, _ = run(GRPOTrainer, GRPOConfig, tmp_path / "stock", loss_type=loss_type)
-    assert not ours.args.uses_own_loss and ours.args.advantage_estimator == "trl"
+    assert not ours.args.uses_own_loss and ours.objective.advantage_estimator == "trl"
     if dynamic_sampling:
         assert ours.state.log_history[0]["sampling/frac_filtered"] == 0.0
     assert_same_run(ours, stock, model0)
@@ -63,7 +63,7 @@ def test_trl_gspo_form_of_dapo_runs_through_our_exact_loss(tmp_path):
     common.update(epsilon=1e-3, epsilon_high=2e-3)  # the off-policy 2nd step is partly on the clipped branch
     ours, model0 = run(LooGspoTrainer, LooGspoConfig, tmp_path / "ours", **common)
     stock, _ = run(GRPOTrainer, GRPOConfig, tmp_path / "stock", **common)
-    assert ours.args.uses_own_loss and ours.args.loss_aggregation == "token_total"
+    assert ours.args.uses_own_loss and ours.objective.loss_aggregation == "token_total"
     assert "tokens/loss_denominator" in ours.state.log_history[0]
     assert_same_run(ours, stock, model0)
 
@@ -96,7 +96,7 @@ def test_trl_advantages_with_scale_rewards_group_equal_our_grpo_estimator(tmp_pa
     """advantage_estimator='grpo' (ours, over group ids) and TRL's scale_rewards='group' are the same weights."""
     ours, model0 = run(LooGspoTrainer, LooGspoConfig, tmp_path / "ours", advantage_estimator="grpo")
     trl, _ = run(LooGspoTrainer, LooGspoConfig, tmp_path / "trl", scale_rewards="group")
-    assert trl.args.advantage_estimator == "trl"
+    assert trl.objective.advantage_estimator == "trl"
     for (a, _, _), (b, _, _) in zip(ours.recorded, trl.recorded, strict=True):
         torch.testing.assert_close(a["advantages"], b["advantages"], rtol=1e-6, atol=1e-6)
 
@@ -106,10 +106,10 @@ class RecordingBatches(LooGspoTrainer):
         super().__init__(*args, **kwargs)
         self.batches = []
 
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        self.batches.append({"rewards": self._last_rewards_per_func.clone(), "output": output})
-        return output
+    def _log_round(self, mode, output, round_data, *rest):
+        super()._log_round(mode, output, round_data, *rest)
+        if mode == "train":
+            self.batches.append({"rewards": round_data.rewards_per_func.clone(), "output": output})
 
 
 def run_controlled(tmp_path, **overrides):

@@ -5,9 +5,9 @@ import torch
 from datasets import Dataset
 
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
-from trl_loo_gspo.rewards import Verifier, VerifierResult
-from trl_loo_gspo.tiny import addition_dataset, digit_fraction_reward
-from trl_loo_gspo.validation import ValidationCallback
+from trl_loo_gspo.demo.tiny import addition_dataset, digit_fraction_reward
+from trl_loo_gspo.trainer.validation import ValidationCallback
+from trl_loo_gspo.verifiers import Verifier, VerifierResult
 
 from .helpers import base_kwargs, make_model_and_tokenizer
 

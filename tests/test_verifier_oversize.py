@@ -4,9 +4,9 @@ import time
 
 import pytest
 
-from trl_loo_gspo.rewards import ANOMALY_KINDS, Verifier, VerifierResult
-from trl_loo_gspo.rewards.base import DEFAULT_MAX_COMPLETION_CHARS
-from trl_loo_gspo.rewards.shaping import ShapedReward
+from trl_loo_gspo.verifiers import ANOMALY_KINDS, Verifier, VerifierResult
+from trl_loo_gspo.verifiers.base import DEFAULT_MAX_COMPLETION_CHARS
+from trl_loo_gspo.verifiers.shaping import ShapedReward
 
 ADD_0_R = "Theorem add_0_r : forall n : nat, n + 0 = n."
 MB = 1_000_000
@@ -77,9 +77,9 @@ def test_an_oversize_completion_has_no_spans_when_spans_are_emitted():
 
 
 def test_class_defaults_per_verifier():
-    from trl_loo_gspo.rewards.code import CodeVerifier
-    from trl_loo_gspo.rewards.math import MathVerifier
-    from trl_loo_gspo.rewards.proofs import CoqVerifier
+    from trl_loo_gspo.verifiers.code.verifier import CodeVerifier
+    from trl_loo_gspo.verifiers.math import MathVerifier
+    from trl_loo_gspo.verifiers.proofs.coq import CoqVerifier
 
     assert (MathVerifier.max_completion_chars, CoqVerifier.max_completion_chars) == (100_000, 100_000)
     assert CodeVerifier.max_completion_chars == 200_000
@@ -91,7 +91,7 @@ def test_class_defaults_per_verifier():
     ids=["comment-openers", "quotes", "dots", "braces"],
 )
 def test_a_megabyte_coq_completion_is_oversize_without_lexing_or_running(script):
-    from trl_loo_gspo.rewards.proofs import CoqVerifier
+    from trl_loo_gspo.verifiers.proofs.coq import CoqVerifier
 
     verifier = CoqVerifier(backend=NoBackend())
     start = time.process_time()  # CPU time: other jobs on the machine do not count
@@ -106,7 +106,7 @@ def test_a_megabyte_coq_completion_is_oversize_without_lexing_or_running(script)
 
 def test_shaping_keeps_the_hack_penalty_on_an_oversize_completion():
     pytest.importorskip("math_verify")
-    from trl_loo_gspo.rewards.math import MathVerifier
+    from trl_loo_gspo.verifiers.math import MathVerifier
 
     shaped = ShapedReward(MathVerifier(max_completion_chars=50), lambda_hack=0.5)
     hedged = "$\\boxed{3}$ or $\\boxed{2}$"  # hedged: 0 - 0.5

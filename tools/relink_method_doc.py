@@ -26,15 +26,20 @@ def main() -> None:
 
     def fix(match: re.Match) -> str:
         path, line = match["path"], int(match["line"])
-        current = Path(path).read_text().splitlines()
+        current = Path(path).read_text().splitlines() if Path(path).exists() else []
         if line <= len(current) and "# §" in current[line - 1]:
             return match.group(0)
         committed = subprocess.run(["git", "show", f"{ref}:{path}"], capture_output=True, text=True).stdout
         text = committed.splitlines()[line - 1].strip()
-        found = [i + 1 for i, candidate in enumerate(current) if candidate.strip() == text]
+        found = [(path, i + 1) for i, candidate in enumerate(current) if candidate.strip() == text]
+        if not found:  # the code moved to another module: look for the same § comment in the whole package
+            for other in sorted(Path("trl_loo_gspo").rglob("*.py")):
+                lines = other.read_text().splitlines()
+                found += [(str(other), i + 1) for i, candidate in enumerate(lines) if candidate.strip() == text]
         if len(found) != 1:
             raise SystemExit(f"cannot relink {path}#L{line} ({text!r}): {len(found)} matches")
-        return f"[{Path(path).name} L{found[0]}](../{path}#L{found[0]})"
+        new_path, new_line = found[0]
+        return f"[{Path(new_path).name} L{new_line}](../{new_path}#L{new_line})"
 
     doc_path.write_text(LINK.sub(fix, doc))
 

@@ -27,7 +27,7 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
-from trl_loo_gspo.tiny import addition_dataset, char_tokenizer, tiny_qwen2
+from trl_loo_gspo.demo.tiny import addition_dataset, char_tokenizer, tiny_qwen2
 
 SKIP_REASON = "vLLM tests run in the vLLM CI job: .ci/vllm-job"
 # 128 hidden / 4 heads = head_dim 32: the smallest head size vLLM's CPU attention serves (16 is refused).
@@ -247,13 +247,14 @@ class SamplingFigures:
 
 def sampling_figures(log_history: list[dict], skip_steps: int = 1) -> SamplingFigures:
     """Extremes of TRL's per-step sampling metrics, skipping the first ``skip_steps`` logged steps (the first
-    generation uses the initial weights, which every engine holds: it proves nothing) and the steps whose batch holds
-    dynamic-sampling padding rows (``sampling/padded_fraction`` > 0): TRL computes these metrics before the padding
-    rows are masked, and a padding row's policy log-prob is 0 (no forward pass), so it reports |log p_vLLM| of that
-    row's token (~ln 50 nats here) whatever the sync did."""
-    rows = [row for row in log_history if f"{RATIO}/mean" in row][skip_steps:]
-    clean = [row for row in rows if not row.get(PADDED, 0.0)]
-    padded = len(rows) - len(clean)
+    generation uses the initial weights, which every engine holds: it proves nothing). Steps whose batch holds
+    dynamic-sampling padding rows (``sampling/padded_fraction`` > 0) count too: the trainer recomputes these metrics
+    over the answers (TRL computes them before the padding rows are masked, which reported |log p_vLLM| of a padding
+    row's token, ~ln 50 nats here, whatever the sync did); ``padded_steps`` says how many such steps were checked."""
+    # a batch of padding only (every group filtered) has no answer, so no figure (logged as None)
+    rows = [row for row in log_history if row.get(f"{RATIO}/mean") is not None][skip_steps:]
+    clean = rows
+    padded = sum(1 for row in rows if row.get(PADDED, 0.0))
     if not clean:
         return SamplingFigures(0, math.nan, math.nan, math.nan, math.nan, math.nan, padded)
     return SamplingFigures(
@@ -278,8 +279,8 @@ def off_policy_problems(
     problems = []
     if figures.steps < min_steps:
         problems.append(
-            f"only {figures.steps} unpadded logged steps after the first update (need {min_steps}; "
-            f"{figures.padded_steps} padded)"
+            f"only {figures.steps} logged steps after the first update (need {min_steps}; "
+            f"{figures.padded_steps} of them with padding rows)"
         )
         return problems
     if not 1 - ratio_tol <= figures.ratio_min <= figures.ratio_max <= 1 + ratio_tol:

@@ -75,5 +75,5 @@ def test_colocate_without_sync_fails_the_check(policy: Path, tmp_path: Path, lor
     too, whose policy moves least (~0.1 nats), so that the LoRA test above is shown to be able to fail."""
     figures, shift, _ = train(policy, tmp_path, sync=False, lora=lora)
     assert shift > 0.05
-    assert figures.steps >= 2, "too few unpadded steps: the control would fail for the wrong reason"
+    assert figures.steps >= 2, "too few logged steps: the control would fail for the wrong reason"
     assert off_policy_problems(figures) != []

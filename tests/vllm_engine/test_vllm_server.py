@@ -90,5 +90,5 @@ def test_server_without_sync_fails_the_check(server: tuple[Server, Path], tmp_pa
     """Control: the server keeps the weights of the first sync only; the check must reject the run."""
     figures, shift, _ = train(server, tmp_path, sync=False)
     assert shift > 0.05
-    assert figures.steps >= 2, "too few unpadded steps: the control would fail for the wrong reason"
+    assert figures.steps >= 2, "too few logged steps: the control would fail for the wrong reason"
     assert off_policy_problems(figures) != []

@@ -20,7 +20,7 @@ from typing import Any
 
 from datasets import Dataset
 
-from ..rewards.base import SpanSignal, Verifier, VerifierResult
+from ..verifiers.base import SpanSignal, Verifier, VerifierResult
 
 _STEP = re.compile(r"(\d+)\+(\d+)=(\d+)")
 _INTEGER = re.compile(r"\s*(\d+)\s*")

@@ -22,11 +22,11 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-from ..tiny import char_tokenizer, tiny_qwen2
 from .evaluate import pass_rates
 from .mixed import MixedSumTask
 from .multistep import MultiStepTask
 from .task import AdditionTask
+from .tiny import char_tokenizer, tiny_qwen2
 
 #: Bump when the way a policy is built changes, so that stale caches are not reused.
 POLICY_FORMAT = 1

@@ -29,8 +29,8 @@ from transformers.trainer_callback import PrinterCallback
 
 from .. import __version__
 from ..config import LooGspoConfig
-from ..reporting import SummaryTable, summary_rows, summary_table
 from ..trainer import LooGspoTrainer
+from ..trainer.reporting import SummaryTable, summary_rows, summary_table
 from .display import Display, Status, make_console, make_display
 from .evaluate import pass_rates
 from .interrupt import CtrlC, StopOnCtrlC
@@ -144,7 +144,10 @@ class _RunResult:
     interrupted: bool
 
 
-def _common_args(demo: DemoConfig, output_dir: Path) -> dict:
+def common_args(demo: DemoConfig, output_dir: Path) -> dict[str, Any]:
+    """The training settings every demo run shares (the recommended config, the stock baseline, and the runs of an
+    ablation on a built-in demo task): a ``LooGspoConfig`` / ``LooGspoConfig.stock_trl`` keyword mapping for ``demo``
+    writing to ``output_dir``, on the CPU, stopped by the rollout-token budget rather than ``max_steps``."""
     return dict(
         output_dir=str(output_dir),
         use_cpu=True,
@@ -167,13 +170,13 @@ def _common_args(demo: DemoConfig, output_dir: Path) -> dict:
 
 def recommended_config(demo: DemoConfig, output_dir: Path) -> LooGspoConfig:
     """The package's recommended settings for this task (on-policy: one update per generation round)."""
-    return LooGspoConfig(**_common_args(demo, output_dir))
+    return LooGspoConfig(**common_args(demo, output_dir))
 
 
 def baseline_config(demo: DemoConfig, output_dir: Path) -> LooGspoConfig:
     """Stock TRL GRPO: TRL's loss and defaults (token-level ratio, dapo loss, group-std scaling) on the same trainer
     (TRL's code computes the loss and the advantages), same budget and batch."""
-    return LooGspoConfig.stock_trl(**_common_args(demo, output_dir))
+    return LooGspoConfig.stock_trl(**common_args(demo, output_dir))
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 from datasets import Dataset
 
-from ..rewards.base import Verifier, VerifierResult
+from ..verifiers.base import Verifier, VerifierResult
 
 _INTEGER = re.compile(r"\s*(-?\d+)\s*")
 

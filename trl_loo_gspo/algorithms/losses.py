@@ -1,0 +1,182 @@
+"""Policy losses (method §3.2, §5.1, §6): pure functions over tensors, and a registry with one signature.
+
+A policy loss maps ``(logps, old_logps, advantages, mask, clip, process_advantages)`` to a :class:`PolicyLoss`:
+the per-answer loss and the clip statistics it implies, so the trainer never re-derives them. Adding a loss is one
+decorated function here plus the ``loss_type`` that selects it (:mod:`trl_loo_gspo.config.objective`).
+
+Conventions: ``N`` answers (rows), ``T`` completion positions; ``mask`` is 1 on valid generated tokens (no prompt,
+no padding, no tool output); ``T_i = mask[i].sum()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class ClipRange:
+    """The clip range of a policy loss: ``[1 − epsilon_low, 1 + epsilon_high]`` and the optional §5.1 guard."""
+
+    epsilon_low: float
+    epsilon_high: float
+    log_ratio_clamp: float | None = None
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """What a policy loss returns for ``N`` answers.
+
+    Attributes:
+        losses: ``(N,)`` response-level loss ℓ_i (to minimise).
+        process_term: ``(N, T)`` per-token ℓ_i,t − ℓ_i of token-level advantages (§6), or ``None``.
+        ratio: ``(N,)`` the importance ratio the loss clipped (GSPO's ``s_i``).
+        clipped_low: ``(N,)`` bool, answers on the lower clipped (zero-gradient) branch.
+        clipped_high: ``(N,)`` bool, answers on the upper clipped branch.
+        guard: ``(N,)`` bool where the §5.1 guard fired, or ``None`` when it is off.
+    """
+
+    losses: torch.Tensor
+    process_term: torch.Tensor | None
+    ratio: torch.Tensor
+    clipped_low: torch.Tensor
+    clipped_high: torch.Tensor
+    guard: torch.Tensor | None
+
+
+LossFunction = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, ClipRange, "torch.Tensor | None"], PolicyLoss
+]
+#: Policy losses by name, one signature: ``f(logps, old_logps, advantages, mask, clip, process_advantages)``.
+LOSSES: dict[str, LossFunction] = {}
+
+
+def register_loss(name: str) -> Callable[[LossFunction], LossFunction]:
+    """Decorator: add a policy loss to :data:`LOSSES` under ``name``."""
+
+    def register(function: LossFunction) -> LossFunction:
+        if name in LOSSES:
+            raise ValueError(f"policy loss {name!r} is already registered")
+        LOSSES[name] = function
+        return function
+
+    return register
+
+
+def sequence_log_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Masked mean token log-ratio ``(1/T_i) Σ_t log r_{i,t}``: the log of GSPO's ``s_i`` (method §3.2).
+
+    Rows with no valid token get 0 (``s_i = 1``). Inputs ``(N, T)``, output ``(N,)``.
+    """
+    mask = mask.to(logps.dtype)
+    lengths = mask.sum(-1)
+    # §3.2: log s_i = (1/T_i) Σ_t (log π_θ − log π_old), masked
+    return ((logps - old_logps) * mask).sum(-1) / lengths.clamp(min=1.0)
+
+
+def sequence_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GSPO's geometric-mean sequence ratio ``s_i = exp((1/T_i) Σ_t log r_{i,t})`` (method §3.2).
+
+    Computed in the log domain (the mean of log-ratios is exponentiated once). Inputs ``(N, T)``, output ``(N,)``.
+    """
+    # §3.2 s_i = exp(mean log-ratio): one exp of the log-domain mean
+    return torch.exp(sequence_log_ratio(logps, old_logps, mask))
+
+
+def clamp_log_ratio(log_ratio: torch.Tensor, bound: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Outer guard on the sequence log-ratio, applied in the log domain before ``exp`` (method §5.1).
+
+    Clamps ``log s_i`` to ``[−bound, bound]``; ``±inf`` go to ``±bound`` and NaN to 0 (``s_i = 1``). Clamped entries
+    get zero gradient (§5.1's "zero-gradient regions"; dropping the sample would be a different update).
+
+    Returns:
+        ``(clamped, triggered)``: the clamped log-ratio and a bool mask of rows where the guard fired (outside the
+        interval or non-finite).
+    """
+    if not bound > 0:
+        raise ValueError(f"log_ratio_clamp bound must be > 0, got {bound}")
+    finite = torch.isfinite(log_ratio)
+    triggered = ~finite | (log_ratio.abs() > bound)
+    # NaN carries no direction: treat it as ratio 1 with no gradient; ±inf are clamped below.
+    safe = torch.where(torch.isnan(log_ratio), torch.zeros_like(log_ratio), log_ratio)
+    # §5.1 outer guard: clamp log s_i to [−bound, bound] before exp
+    return safe.clamp(-bound, bound), triggered
+
+
+def response_loss(s: torch.Tensor, advantages: torch.Tensor, epsilon_low: float, epsilon_high: float) -> torch.Tensor:
+    """Per-answer clipped loss to minimise (method §3.2).
+
+    ``ℓ_i = −min(s_i Â_i, clip(s_i, 1−ε_low, 1+ε_high) Â_i)``: the whole answer shares one clipping decision.
+    """
+    clipped = torch.clamp(s, 1.0 - epsilon_low, 1.0 + epsilon_high)
+    # §3.2 response-level clipped surrogate
+    return -torch.minimum(s * advantages, clipped * advantages)
+
+
+def clip_masks(
+    s: torch.Tensor, advantages: torch.Tensor, epsilon_low: float, epsilon_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows on the clipped (constant, zero-gradient) branch of :func:`response_loss`, split by side (method §3.2).
+
+    Returns:
+        ``(low, high)`` bool masks: ``s_i < 1−ε_low`` with ``Â_i < 0``, and ``s_i > 1+ε_high`` with ``Â_i > 0``.
+    """
+    # §3.2 clipped branch (constant in θ): below 1−ε_low with Â<0, above 1+ε_high with Â>0
+    low = (s < 1.0 - epsilon_low) & (advantages < 0)
+    high = (s > 1.0 + epsilon_high) & (advantages > 0)
+    return low, high
+
+
+def token_response_loss(
+    s: torch.Tensor, token_advantages: torch.Tensor, epsilon_low: float, epsilon_high: float
+) -> torch.Tensor:
+    """Per-token clipped loss with one response-level ratio and per-token advantages (method §6 extension).
+
+    ``ℓ_{i,t} = −min(s_i Â_{i,t}, clip(s_i, 1−ε_low, 1+ε_high) Â_{i,t})``; ``s`` is ``(B,)``, ``token_advantages``
+    ``(B, T)``. With ``Â_{i,t} = Â_i`` for every t this is :func:`response_loss` broadcast over the tokens.
+    """
+    s = s.unsqueeze(-1)
+    clipped = torch.clamp(s, 1.0 - epsilon_low, 1.0 + epsilon_high)
+    # §6 response-level ratio, token-level advantages
+    return -torch.minimum(s * token_advantages, clipped * token_advantages)
+
+
+def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator of KL(π_θ ‖ π_ref): ``exp(ref − logp) − (ref − logp) − 1`` (method §5.1)."""
+    delta = ref_logps - logps
+    # §5.1 reference KL, k3 estimator per token
+    return torch.exp(delta) - delta - 1.0
+
+
+@register_loss("response_clip")
+def response_clip_loss(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip: ClipRange,
+    process_advantages: torch.Tensor | None = None,
+) -> PolicyLoss:
+    """GSPO's sequence ratio clipped per response (§3.2), after the optional outer guard (§5.1); with process
+    advantages, per-token advantages under the same response-level ratio (§6).
+
+    A batch without any process advantage takes the outcome-only path: the same loss and gradient bit for bit
+    (the per-token route would only reorder float sums).
+    """
+    log_s = sequence_log_ratio(logps, old_logps, mask)
+    guard = None
+    if clip.log_ratio_clamp is not None:
+        log_s, guard = clamp_log_ratio(log_s, clip.log_ratio_clamp)
+    s = torch.exp(log_s)
+    # §3.2 response-level clipped loss on s_i (after the optional §5.1 guard)
+    losses = response_loss(s, advantages, clip.epsilon_low, clip.epsilon_high)
+    process_term = None
+    if process_advantages is not None and bool(process_advantages.any()):
+        token_advantages = advantages.unsqueeze(1) + process_advantages
+        # §6 response-level ratio with per-token advantages Â_i,t = Â_i + α Â^proc_i,t
+        token_losses = token_response_loss(s, token_advantages, clip.epsilon_low, clip.epsilon_high)
+        process_term = token_losses - losses.unsqueeze(1)
+    low, high = clip_masks(s.detach(), advantages, clip.epsilon_low, clip.epsilon_high)
+    return PolicyLoss(losses, process_term, s, low, high, guard)

@@ -1,0 +1,241 @@
+"""Which objective a :class:`~trl_loo_gspo.LooGspoConfig` selects, and the defaults that follow from it.
+
+A ``LooGspoConfig`` accepts every ``GRPOConfig`` value. Two flags decide whose code computes what:
+
+* ``loss_type``: ``"loo_gspo"`` (our response-level loss, ``docs/method.md`` §3.2–3.3) or any TRL loss type (TRL's
+  own ``_compute_loss``). ``"dapo"`` with ``importance_sampling_level="sequence"`` *is* our token-total objective
+  (TRL's sequence ratio, clipped per response, summed over tokens, divided by the token count), so it runs through
+  our loss with its exact global denominator; TRL's loss options (``delta``, ``off_policy_mask_threshold``, ...)
+  keep it on TRL's code.
+* ``advantage_estimator``: one of :data:`trl_loo_gspo.core.ADVANTAGE_ESTIMATORS` (ours, over per-row group ids) or
+  ``"trl"`` (TRL's advantages as TRL computes them: ``scale_rewards``, ``multi_objective_aggregation``).
+
+Fields left at ``None`` are resolved here, into a frozen :class:`Objective` (the config's fields stay as the user
+wrote them, so ``dataclasses.replace`` and a reloaded config resolve afresh): with our loss they take the GSPO-scale
+values of the method, with a TRL loss they take ``GRPOConfig``'s own defaults, so
+``LooGspoConfig(loss_type="grpo")`` and ``GRPOConfig(loss_type="grpo")`` configure the same loss. Only truly
+contradictory combinations are refused, and the message names both fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from trl import GRPOConfig
+
+from ..algorithms.advantages import ADVANTAGE_ESTIMATORS
+from ..algorithms.aggregation import AGGREGATIONS
+
+#: ``loss_type`` of our loss.
+LOSS_TYPE = "loo_gspo"
+#: TRL 1.16's loss types (``GRPOTrainer._compute_loss``).
+TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+#: ``advantage_estimator`` value that keeps TRL's advantages.
+TRL_ADVANTAGES = "trl"
+LOSS_AGGREGATIONS = ("token_total", "sequence_mean")
+#: The policy loss (:data:`trl_loo_gspo.algorithms.losses.LOSSES`) our loss types use.
+OWN_POLICY_LOSS = "response_clip"
+
+# GSPO's clip range for the length-normalised sequence ratio (docs/method.md §3.2).
+GSPO_EPSILON_LOW, GSPO_EPSILON_HIGH = 3e-4, 4e-4
+
+# Options of TRL's losses that ours does not have: setting one (away from its default) selects TRL's loss when
+# `loss_type` is left unset.
+_TRL_LOSS_OPTIONS = {
+    "delta": lambda v: v is not None,
+    "off_policy_mask_threshold": lambda v: v is not None,
+    "top_entropy_quantile": lambda v: v < 1.0,
+    "entropy_coef": lambda v: v != 0.0,
+    "use_adaptive_entropy": bool,
+    "importance_sampling_level": lambda v: v == "token",
+}
+# Loss types that do not read epsilon_high, which entropy feedback moves.
+_NO_UPPER_CLIP = ("sapo", "vespo")
+# Loss types that read epsilon_high as an absolute cap on the ratio (not a range around 1).
+_ABSOLUTE_UPPER_CLIP = ("cispo",)
+
+
+def trl_default(name: str) -> Any:
+    """``GRPOConfig``'s default value of field ``name``."""
+    for f in dataclasses.fields(GRPOConfig):
+        if f.name == name:
+            return f.default_factory() if f.default is dataclasses.MISSING else f.default
+    raise KeyError(name)
+
+
+def trl_loss_options(config: Any) -> list[str]:
+    """The TRL-loss-only options that ``config`` sets, as ``field=value`` strings."""
+    return [
+        f"{name}={getattr(config, name)!r}"
+        for name, is_set in _TRL_LOSS_OPTIONS.items()
+        if is_set(getattr(config, name))
+    ]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The objective a config trains, resolved once (TRL's convention: the config keeps the user's fields; the
+    trainer, the model card and the logs read this).
+
+    Attributes:
+        loss_type: ``"loo_gspo"`` or a TRL loss type.
+        uses_own_loss: our loss (``policy_loss`` over the exact global denominator) computes the loss.
+        policy_loss: name in :data:`trl_loo_gspo.algorithms.losses.LOSSES`, or ``None`` with TRL's loss.
+        loss_aggregation: name in :data:`trl_loo_gspo.algorithms.aggregation.AGGREGATIONS`, ``None`` with TRL's loss.
+        advantage_estimator: name in ``ADVANTAGE_ESTIMATORS`` or ``"trl"`` (TRL's advantages).
+        importance_sampling_level: ``"sequence"`` or ``"token"``.
+        epsilon_low, epsilon_high: the clip range as the loss reads it (before entropy feedback widens ε_high).
+        scale_rewards: TRL's advantage scaling (read by TRL's advantages only).
+        log_ratio_clamp: the §5.1 guard of our loss, or ``None``.
+    """
+
+    loss_type: str
+    uses_own_loss: bool
+    policy_loss: str | None
+    loss_aggregation: str | None
+    advantage_estimator: str
+    importance_sampling_level: str
+    epsilon_low: float
+    epsilon_high: float
+    scale_rewards: str
+    log_ratio_clamp: float | None = None
+
+    @property
+    def denominator_count(self) -> str | None:
+        """The global count our loss divides by (``"tokens"`` or ``"answers"``); ``None`` with TRL's loss."""
+        return None if self.loss_aggregation is None else AGGREGATIONS[self.loss_aggregation].count
+
+    @property
+    def trl_advantages(self) -> bool:
+        return self.advantage_estimator == TRL_ADVANTAGES
+
+
+def inferred_loss_notice(config: Any) -> str | None:
+    """The notice for a ``loss_type`` left unset while a TRL-loss-only option is set (``None`` otherwise)."""
+    options = trl_loss_options(config)
+    if config.loss_type is not None or not options:
+        return None
+    return (
+        f"{', '.join(options)} is an option of TRL's losses, so loss_type is TRL's default "
+        f"{trl_default('loss_type')!r} (TRL computes the loss; our additions still apply). Set loss_type explicitly "
+        "to silence this."
+    )
+
+
+def _scale_rewards(value: Any) -> str | None:
+    return {True: "group", False: "none"}.get(value, value)
+
+
+def resolve(config: Any) -> Objective:
+    """The :class:`Objective` of ``config`` (see the module docstring). Pure: reads the fields, never writes them;
+    refuses contradictions with a ``ValueError`` naming the fields the user set."""
+    options = trl_loss_options(config)
+    loss_type = config.loss_type
+    if loss_type is None:
+        loss_type = trl_default("loss_type") if options else LOSS_TYPE
+    if loss_type not in (LOSS_TYPE, *TRL_LOSS_TYPES):
+        raise ValueError(f"loss_type={loss_type!r} is not one of {(LOSS_TYPE, *TRL_LOSS_TYPES)}.")
+    ours = loss_type == LOSS_TYPE
+    if ours and options:
+        raise ValueError(
+            f"loss_type={LOSS_TYPE!r} contradicts {options[0]}: that is an option of TRL's losses, which "
+            f"{LOSS_TYPE!r} does not compute. Use a TRL loss_type (e.g. 'dapo' with importance_sampling_level="
+            "'sequence', TRL's GSPO) or leave the option at its default."
+        )
+
+    # Clip range and ratio level: GSPO's scale with our loss, TRL's defaults (and TRL's epsilon_high rule) with TRL's.
+    if ours:
+        epsilon_low = GSPO_EPSILON_LOW if config.epsilon is None else config.epsilon
+        if config.epsilon_high is not None:
+            epsilon_high = config.epsilon_high
+        else:
+            epsilon_high = GSPO_EPSILON_HIGH if config.epsilon is None else config.epsilon
+        level = "sequence" if config.importance_sampling_level is None else config.importance_sampling_level
+    else:
+        epsilon_low = trl_default("epsilon") if config.epsilon is None else config.epsilon
+        epsilon_high = epsilon_low if config.epsilon_high is None else config.epsilon_high
+        level = config.importance_sampling_level or trl_default("importance_sampling_level")
+    own_loss = ours or (loss_type == "dapo" and level == "sequence" and not options)
+
+    # Advantages: ours over group ids, or TRL's (scale_rewards, multi_objective_aggregation). Only values that
+    # define advantages differently from ours ('group', 'batch', normalize_then_sum) select TRL's; 'none' is ours.
+    scale = _scale_rewards(config.scale_rewards)
+    trl_scaling = scale is not None and scale != "none"
+    normalize_then_sum = config.multi_objective_aggregation != trl_default("multi_objective_aggregation")
+    estimator = config.advantage_estimator
+    if estimator is None:
+        estimator = TRL_ADVANTAGES if (not ours or trl_scaling or normalize_then_sum) else "loo"
+    if scale is None:
+        scale = "none" if estimator != TRL_ADVANTAGES or ours else trl_default("scale_rewards")
+    known = (*ADVANTAGE_ESTIMATORS, TRL_ADVANTAGES)
+    if estimator not in known:
+        raise ValueError(f"advantage_estimator={estimator!r} is not one of {known}.")
+    if estimator != TRL_ADVANTAGES:
+        clash = None
+        if trl_scaling:
+            clash = f"scale_rewards={config.scale_rewards!r}"
+        elif normalize_then_sum:
+            clash = f"multi_objective_aggregation={config.multi_objective_aggregation!r}"
+        if clash is not None:
+            raise ValueError(
+                f"advantage_estimator={estimator!r} contradicts {clash}: both define the advantages. "
+                f"Set advantage_estimator={TRL_ADVANTAGES!r} for TRL's advantages, or leave {clash.split('=')[0]} "
+                "unset ('grpo' is TRL's scale_rewards='group', 'group_mean' is scale_rewards='none')."
+            )
+
+    # Aggregation and the options only our loss has.
+    aggregation = config.loss_aggregation
+    if own_loss:
+        if aggregation is None:
+            aggregation = "token_total"
+        if not ours and aggregation != "token_total":
+            raise ValueError(
+                f"loss_type='dapo' (token total) contradicts loss_aggregation={aggregation!r}. Use "
+                f"loss_type={LOSS_TYPE!r} for another aggregation."
+            )
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"loss_aggregation={aggregation!r} is not one of {tuple(AGGREGATIONS)}.")
+    else:
+        for name, value, off in (
+            ("loss_aggregation", config.loss_aggregation, None),
+            ("log_ratio_clamp", config.log_ratio_clamp, None),
+            ("process_advantage_coef", config.process_advantage_coef, 0.0),
+        ):
+            if value != off:
+                raise ValueError(
+                    f"{name}={value!r} needs our loss, but loss_type={loss_type!r} (with "
+                    f"importance_sampling_level={level!r}) is computed by TRL. Use "
+                    f"loss_type={LOSS_TYPE!r}, or leave {name} unset."
+                )
+    if config.entropy_feedback and loss_type in _NO_UPPER_CLIP:
+        raise ValueError(
+            f"entropy_feedback moves epsilon_high, which loss_type={loss_type!r} does not use. Set "
+            "entropy_feedback=False or choose a clipped loss type."
+        )
+    if config.entropy_feedback and loss_type in _ABSOLUTE_UPPER_CLIP:
+        raise ValueError(
+            "entropy_feedback widens the clip range 1+epsilon_high by k <= entropy_k_max, but "
+            f"loss_type={loss_type!r} reads epsilon_high as an absolute truncation cap on the ratio (TRL recommends "
+            "~5), where adding k does nothing. Set entropy_feedback=False or choose a loss type with a clip range "
+            "around 1."
+        )
+    if config.adaptive_group_size and estimator == TRL_ADVANTAGES:
+        raise ValueError(
+            f"adaptive_group_size gives prompts groups of different sizes, but advantage_estimator={TRL_ADVANTAGES!r}"
+            " (TRL's advantages) assumes groups of exactly num_generations rows. Choose one of "
+            f"{tuple(ADVANTAGE_ESTIMATORS)} for advantage_estimator, or set adaptive_group_size=False."
+        )
+    return Objective(
+        loss_type=loss_type,
+        uses_own_loss=own_loss,
+        policy_loss=OWN_POLICY_LOSS if own_loss else None,
+        loss_aggregation=aggregation if own_loss else None,
+        advantage_estimator=estimator,
+        importance_sampling_level=level,
+        epsilon_low=float(epsilon_low),
+        epsilon_high=float(epsilon_high),
+        scale_rewards=scale,
+        log_ratio_clamp=config.log_ratio_clamp if own_loss else None,
+    )

@@ -1,0 +1,210 @@
+"""The plan of an equal-budget ablation (``trl-loo-gspo ablate CONFIG.yaml``, method §5.2): the YAML, its checks, the
+run matrix and each run's training config (no model, no trainer; :mod:`.runner` trains the runs).
+
+The YAML names a baseline (a stock TRL ``GRPOTrainer`` configuration), variants (``LooGspoTrainer`` flag overrides),
+seeds, and one rollout-token budget for all. Every (variant, seed) run trains from the same warm-started policy,
+is evaluated on the validation split at fixed rollout-token checkpoints, and writes ``runs/<variant>/seed<k>.json``;
+finished runs are skipped, so a killed ablation continues where it stopped. Then ``results.csv``, ``report.md``
+(paired differences vs the baseline with 95% intervals and a verdict per variant) and ``pass_rate_vs_tokens.png``.
+
+Built-in tasks: ``demo-addition`` (the offline demo's task and policy), ``demo-multistep`` (worked multi-step
+sums, with span signals), ``demo-mixed`` (sums of 1–4 numbers of 1–3 digits: mixed difficulty, lengths). Schema::
+
+    output_dir: ablation-demo
+    task: demo-addition
+    seeds: [0, 1, 2]
+    rollout_tokens: 300000
+    eval_every_tokens: 50000
+    eval_samples: 4
+    common: {learning_rate: 1.0e-4}          # applied to every run (baseline included)
+    baseline: {name: grpo, config: {}}        # TRL's GRPO (LooGspoConfig.stock_trl): TRL's defaults + these
+    variants:                                 # each a LooGspoConfig: our defaults plus these overrides
+      - {name: loo_gspo, config: {}}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TASKS = ("demo-addition", "demo-multistep", "demo-mixed", "recipe")
+BASELINE_TRAINERS = ("grpo", "loo_gspo")
+
+
+@dataclass
+class AblationPlan:
+    """An ablation plan as the YAML states it (see the module docstring for the schema)."""
+
+    output_dir: str
+    seeds: list[int]
+    rollout_tokens: int
+    variants: list[dict[str, Any]]
+    baseline: dict[str, Any]
+    task: str = "demo-addition"
+    eval_every_tokens: int = 50_000
+    eval_samples: int = 4
+    common: dict[str, Any] = field(default_factory=dict)
+    policy: dict[str, Any] = field(default_factory=dict)  # PolicySpec overrides (tests use a tiny policy)
+    recipe: str | None = None  # task "recipe": a `trl-loo-gspo train` YAML (model, data, verifier, validation)
+    recipe_overrides: list[str] = field(default_factory=list)  # command-line flags applied on top of the recipe
+    contrasts: list[list[str]] = field(default_factory=list)  # [a, b] pairs reported as a − b, paired by seed
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> AblationPlan:
+        """Load and check the whole plan (every key, every run's config) before anything runs."""
+        from dataclasses import fields
+
+        from .check import config_field_names, structure_problems
+
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"ablation plan {path}: expected a mapping of plan keys, got {type(data).__name__}")
+        problems = structure_problems(data, [f.name for f in fields(cls)], config_field_names())
+        if problems:
+            raise ValueError(_problem_report(path, problems))
+        plan = cls(**data)
+        plan.validate()
+        plan.check_configs(path)
+        return plan
+
+    def check_configs(self, source: str | Path = "plan") -> None:
+        """Build every run's config (baseline included) as its run would, without a model or a trainer; raise one
+        error listing every problem."""
+        from .check import config_problems
+
+        entries = [(self.baseline.get("name", "baseline"), self.baseline.get("config", {}), True)]
+        entries += [(v["name"], v.get("config", {}), False) for v in self.variants]
+        seed = self.seeds[0]
+        problems = config_problems(entries, lambda name, cfg, base, cpu: run_args(self, name, cfg, base, seed, cpu))
+        if problems:
+            raise ValueError(_problem_report(source, problems))
+
+    def validate(self) -> None:
+        """Check the plan's own values (task, baseline trainer, recipe, budget, unique names, contrasts)."""
+        if self.task not in TASKS:
+            raise ValueError(f"task {self.task!r} is not one of {TASKS}")
+        if self.baseline.get("trainer", "grpo") not in BASELINE_TRAINERS:
+            raise ValueError(f"baseline.trainer must be one of {BASELINE_TRAINERS}, got {self.baseline['trainer']!r}")
+        if self.task == "recipe" and (self.recipe is None or not Path(self.recipe).is_file()):
+            raise ValueError(f"task 'recipe' needs `recipe:` naming an existing recipe YAML, got {self.recipe!r}")
+        if self.task != "recipe" and (self.recipe is not None or self.recipe_overrides):
+            raise ValueError("`recipe` and `recipe_overrides` are only used with task: recipe")
+        if not self.seeds or self.rollout_tokens <= 0 or self.eval_every_tokens <= 0:
+            raise ValueError("need seeds, rollout_tokens > 0 and eval_every_tokens > 0")
+        names = [self.baseline.get("name", "baseline")] + [v["name"] for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"run names must be unique, got {names}")
+        for pair in self.contrasts:
+            if not (isinstance(pair, list) and len(pair) == 2 and all(name in names for name in pair)):
+                raise ValueError(f"contrasts entries are [a, b] pairs of run names (from {names}), got {pair!r}")
+
+    @property
+    def stock_baseline(self) -> bool:
+        """The baseline is stock TRL (``trainer: grpo``, the default) rather than a ``LooGspoTrainer`` config."""
+        return self.baseline.get("trainer", "grpo") == "grpo"
+
+    def runs(self) -> list[tuple[str, dict[str, Any], bool, int]]:
+        """(name, config overrides, is_baseline, seed), seeds outermost so that a partial ablation is balanced."""
+        entries = [(self.baseline.get("name", "baseline"), self.baseline.get("config", {}), True)]
+        entries += [(v["name"], v.get("config", {}), False) for v in self.variants]
+        return [(name, cfg, base, seed) for seed in self.seeds for name, cfg, base in entries]
+
+
+def _problem_report(source: str | Path, problems: list[str]) -> str:
+    lines = "\n".join(f"  - {problem}" for problem in problems)
+    return f"ablation plan {source}: {len(problems)} problem(s), nothing was run:\n{lines}"
+
+
+def run_args(
+    plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, on_cpu: bool = False
+) -> Any:
+    """The training config of one run, as its run builds it (no model, no trainer); ``on_cpu``: with this CPU's
+    precision and device instead of the plan's (to check a GPU plan here)."""
+    cpu = ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"] if on_cpu else []
+    if plan.task == "recipe":
+        return recipe_args(plan, name, overrides, is_baseline and plan.stock_baseline, seed, extra_flags=cpu)[1]
+    return demo_args(plan, name, overrides, is_baseline, seed, demo_task(plan, seed)[0])
+
+
+def demo_task(plan: AblationPlan, seed: int) -> tuple[Any, Any]:
+    """(task, exact verifier) of a built-in demo task, seeded; the multi-step verifier emits span signals (method §6)
+    for ``demo-multistep``, used only when a run sets ``process_advantage_coef``."""
+    from ...demo.mixed import MixedSumTask
+    from ...demo.multistep import MultiStepTask, MultiStepVerifier
+    from ...demo.task import AdditionTask, AdditionVerifier
+
+    if plan.task == "demo-multistep":
+        return MultiStepTask(seed=seed), MultiStepVerifier(emit_spans=True)
+    if plan.task == "demo-mixed":
+        return MixedSumTask(seed=seed), MultiStepVerifier()
+    return AdditionTask(seed=seed), AdditionVerifier()
+
+
+def demo_args(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, task: Any) -> Any:
+    """The ``LooGspoConfig`` of one run on a built-in demo task: the demo's settings, then ``common``, then the run's
+    overrides; ``LooGspoConfig.stock_trl`` for a stock baseline."""
+    from ...config import LooGspoConfig
+    from ...demo.run import DemoConfig, common_args
+
+    out = Path(plan.output_dir) / "runs" / name / f"seed{seed}"
+    settings = common_args(DemoConfig(output_dir=str(out), seed=seed), out)
+    if plan.task in ("demo-multistep", "demo-mixed"):
+        settings["max_completion_length"] = task.max_new_tokens
+    settings.update(plan.common)
+    settings.update(overrides)
+    settings["register_experiment"] = False
+    stock = is_baseline and plan.stock_baseline
+    return LooGspoConfig.stock_trl(**settings) if stock else LooGspoConfig(**settings)
+
+
+def run_path(plan: AblationPlan, name: str, seed: int) -> Path:
+    """Where the record of run (``name``, ``seed``) is written: ``<output_dir>/runs/<name>/seed<k>.json``."""
+    return Path(plan.output_dir) / "runs" / name / f"seed{seed}.json"
+
+
+# Fields that define the method: the baseline takes TRL's defaults for these, the recipe's values for the rest.
+_OUR_DEFAULT_CHANGES = ("epsilon", "epsilon_high", "importance_sampling_level", "scale_rewards", "loss_type")
+
+
+def recipe_args(
+    plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, extra_flags: list[str] | None = None
+):
+    """(script_args, training args, model_args) of one run of a recipe ablation.
+
+    Variants: the recipe's ``LooGspoConfig`` plus ``common`` plus the variant's overrides. Stock baseline:
+    ``LooGspoConfig.stock_trl`` (TRL's loss and defaults on the same trainer) with the recipe's values for every
+    field TRL has, except the method-defining ones (our own fields and the objective-dependent TRL fields:
+    ``epsilon``, ``epsilon_high``, ``importance_sampling_level``, ``scale_rewards``, ``loss_type``), which keep TRL's
+    defaults; then ``common`` and the baseline's overrides.
+    """
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    from ..build import make_parser
+
+    out = Path(plan.output_dir) / "runs" / name / f"seed{seed}"
+    argv = ["--config", str(plan.recipe), *plan.recipe_overrides, "--output_dir", str(out), "--seed", str(seed)]
+    argv += ["--eval_every_tokens", str(plan.eval_every_tokens), "--eval_samples", str(plan.eval_samples)]
+    argv += extra_flags or []
+    script_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
+    settings = {**plan.common, **overrides}
+    settings.setdefault("max_steps", 10**9)  # the rollout-token budget stops training
+    init_fields = {f.name for f in fields(GRPOConfig if is_baseline else type(training_args)) if f.init}
+    method = ({f.name for f in fields(type(training_args))} - init_fields) | set(_OUR_DEFAULT_CHANGES)
+    explicit = set(yaml.safe_load(Path(plan.recipe).read_text()) or {})  # keys the recipe sets
+    flagged = {flag[2:].split("=", 1)[0] for flag in plan.recipe_overrides if flag.startswith("--")}
+    clash = sorted(flagged & set(settings))
+    if clash:
+        raise ValueError(f"run {name!r} sets {clash}, which recipe_overrides also sets: set it in one place")
+    keep = (explicit | flagged) & init_fields
+    if is_baseline:
+        keep -= method
+    kept = {key: getattr(training_args, key) for key in keep}
+    kept.update(output_dir=str(out), seed=seed, model_init_kwargs=training_args.model_init_kwargs)
+    config_cls = type(training_args)
+    make = config_cls.stock_trl if is_baseline else config_cls
+    return script_args, make(**{**kept, **settings}), model_args

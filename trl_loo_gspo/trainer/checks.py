@@ -1,0 +1,326 @@
+"""Early, named errors for input that would otherwise fail far from its cause, and the words for a run that
+trained nothing.
+
+TRL reads ``row["prompt"]`` at the first generation (a bare ``KeyError: 'prompt'``), converts a reward function's
+output with ``torch.tensor`` (``too many dimensions 'str'``; ``'NoneType' object is not iterable`` for a bare
+``None``), quietly trains on an empty dataset, and treats NaN like ``None``. Here each case fails at construction or
+at the first call, naming the dataset column or the reward function, and a run in which no answer carried a weight
+says so at the end instead of looking like success. Plain Python: no library checks a reward function's contract.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import functools
+import logging
+import math
+import numbers
+import os
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from accelerate.utils import DistributedType
+from transformers import TrainerCallback
+from trl.trainer.utils import get_callable_name, is_async_callable
+
+from .launch import engine_warning, launch_error, requested_engine
+
+logger = logging.getLogger(__name__)
+
+#: Columns people name their prompts, for the suggestion when ``prompt`` is missing.
+_PROMPT_LIKE = ("question", "problem", "query", "instruction", "input", "text", "messages", "conversation")
+
+
+def check_dataset(dataset: Any, role: str, require_rows: bool, require_prompt: bool = True) -> None:
+    """Refuse a dataset that cannot train: no ``prompt`` column (TRL reads ``row["prompt"]``; not required when an
+    ``environment_factory`` may return the prompts from ``reset()``), or no rows.
+
+    ``role`` names the argument in the message (``train_dataset``, ``eval_dataset['val']``). Datasets whose columns
+    or length are unknown up front (streaming ``IterableDataset``) are not checked.
+    """
+    if dataset is None:
+        return
+    if isinstance(dataset, dict):
+        for key, part in dataset.items():
+            check_dataset(part, f"{role}[{key!r}]", require_rows, require_prompt)
+        return
+    columns = getattr(dataset, "column_names", None)
+    if require_prompt and isinstance(columns, list) and "prompt" not in columns:
+        guess = [c for c in columns if c in _PROMPT_LIKE] or difflib.get_close_matches("prompt", columns, n=1)
+        hint = (
+            f"; if {guess[0]!r} holds the prompts: {role} = {role.split('[')[0]}.rename_column({guess[0]!r}, 'prompt')"
+            if guess
+            else ""
+        )
+        raise ValueError(
+            f"{role} has no 'prompt' column (columns: {', '.join(columns) or 'none'}). GRPOTrainer generates from "
+            f"each row's 'prompt' (a string, or a list of chat messages){hint}. Every other column reaches the "
+            "reward functions as a keyword argument."
+        )
+    if require_rows and hasattr(dataset, "__len__") and len(dataset) == 0:
+        raise ValueError(f"{role} is empty (0 rows): there is nothing to train on.")
+
+
+def _is_reward(value: Any) -> bool:
+    if value is None or (isinstance(value, numbers.Real) and not isinstance(value, str)):
+        return True
+    return isinstance(value, torch.Tensor) and value.numel() == 1 and not value.dtype.is_complex
+
+
+def _as_list(output: Any) -> list:
+    """A reward function's output (list, tuple, NumPy array, tensor) as a list, without copying a list."""
+    if isinstance(output, list):
+        return output
+    return output.tolist() if hasattr(output, "tolist") else list(output)
+
+
+def check_reward_output(output: Any, name: str, expected: int) -> list:
+    """Raise ``TypeError`` naming the reward function when its output is not one number (or ``None``) per completion;
+    else return the output as a list.
+
+    ``expected`` is the number of completions it was called with. Lengths are also checked by TRL; the message here
+    is the same kind, for the cases TRL's conversion fails on first.
+    """
+    if output is None:
+        raise TypeError(
+            f"reward function {name!r} returned None instead of a list of {expected} rewards (one per completion). "
+            f"Return [None] * len(completions) when none of them can be scored."
+        )
+    is_sequence = isinstance(output, (Sequence, torch.Tensor)) or hasattr(output, "__array__")
+    if isinstance(output, (str, bytes)) or not is_sequence:
+        raise TypeError(
+            f"reward function {name!r} returned a {type(output).__name__}, not a list of {expected} rewards (one "
+            "float, or None for 'cannot score', per completion)."
+        )
+    values = _as_list(output)
+    if len(values) != expected:
+        raise ValueError(
+            f"reward function {name!r} returned {len(values)} rewards for {expected} completions: it must return "
+            "exactly one per completion."
+        )
+    for index, value in enumerate(values):
+        if not _is_reward(value):
+            raise TypeError(
+                f"reward function {name!r} returned {value!r} ({type(value).__name__}) for completion {index}: "
+                "rewards must be numbers (float, int, bool), or None for an answer that cannot be scored"
+                + (" — convert it with float()." if isinstance(value, str) else ".")
+            )
+    return values
+
+
+@dataclass
+class RewardTally:
+    """Per reward function: how many completions it scored, returned ``None`` for, or returned NaN for."""
+
+    calls: int = 0
+    completions: int = 0
+    none: int = 0
+    nan: int = 0
+
+    def add(self, output: Any) -> None:
+        values = _as_list(output)
+        self.calls += 1
+        self.completions += len(values)
+        self.none += sum(v is None for v in values)
+        self.nan += sum(v is not None and math.isnan(float(v)) for v in values)
+
+
+def _after_call(output: Any, name: str, expected: int, tally: RewardTally) -> Any:
+    values = check_reward_output(output, name, expected)
+    before = tally.nan
+    tally.add(values)
+    if tally.nan and not before:
+        logger.warning(
+            f"reward function {name!r} returned NaN for {tally.nan} of {tally.completions} completions so far: NaN "
+            "is treated like None (the answer cannot be scored, gets weight 0 and stays out of its group's "
+            "baseline). Return None deliberately, or a finite number."
+        )
+    return output
+
+
+def checked_reward(func: Callable, name: str, tally: RewardTally) -> Callable:
+    """``func`` with its output checked and tallied (same sync/async kind, so TRL dispatches it the same way)."""
+    if is_async_callable(func):
+
+        @functools.wraps(func)
+        async def checked_async(*args, **kwargs):
+            output = await func(*args, **kwargs)
+            return _after_call(output, name, len(kwargs.get("completions", ())), tally)
+
+        return checked_async
+
+    @functools.wraps(func)
+    def checked(*args, **kwargs):
+        return _after_call(func(*args, **kwargs), name, len(kwargs.get("completions", ())), tally)
+
+    return checked
+
+
+def nothing_trained_reason(
+    global_step: int,
+    effective_tokens: int,
+    log_history: list[dict[str, Any]],
+    tallies: dict[str, RewardTally],
+    padding: str | None = None,
+) -> str | None:
+    """Why a finished run moved the policy on no answer (``None`` when some answer had a non-zero weight).
+
+    ``effective_tokens`` counts the valid tokens of answers with a non-zero advantage over the run; ``padding``
+    describes the dynamic-sampling limits when batches were padded (``None`` when no row was padding).
+    """
+    if global_step == 0:
+        return "no optimizer step was taken (an empty dataset, max_steps=0, or a budget already spent)"
+    if effective_tokens > 0:
+        return None
+    unscorable = [e["rewards/frac_unscorable"] for e in log_history if "rewards/frac_unscorable" in e]
+    # the logged fraction (all ranks) when a step was logged; else this rank's tallies (a short run logs nothing)
+    every_function_unscorable = bool(tallies) and all(t.none + t.nan == t.completions for t in tallies.values())
+    if (min(unscorable) >= 1.0) if unscorable else every_function_unscorable:
+        named = ", ".join(
+            f"{name!r} returned None/NaN for {t.none + t.nan} of {t.completions}" for name, t in tallies.items()
+        )
+        return f"every answer was unscorable ({named or 'every reward function returned None'})"
+    if padding is not None:
+        # groups kept by dynamic sampling carry a signal, so a run with padding that trained nothing was all padding
+        return (
+            f"every batch was dynamic-sampling padding: {padding} found no group with a comparison signal to "
+            "train on (padding rows carry no weight). Raise max_sampling_rounds, or check the task's difficulty"
+        )
+    return (
+        "every answer got advantage 0: within each group all answers had the same reward, so no group carried a "
+        "comparison signal (too easy or too hard a task for this policy, or a reward that does not vary; "
+        "dynamic_sampling=True drops such groups and draws new prompts)"
+    )
+
+
+class NothingTrainedWarning(TrainerCallback):
+    """At the end of training, say plainly when no answer carried a weight (main process only)."""
+
+    def __init__(self, trainer) -> None:
+        self.trainer = trainer
+
+    def on_train_end(self, args, state, control, **kwargs):
+        reason = self.trainer.nothing_trained()
+        if reason and state.is_world_process_zero:
+            logger.warning(f"This run trained nothing: {reason}.")
+        return control
+
+
+def check_launch(trainer: Any) -> None:
+    """Refuse a process group that would not train as one run; warn when a requested engine was not set up
+    (the decisions are :mod:`trl_loo_gspo.trainer.launch`'s)."""
+    accelerator = trainer.accelerator
+    error = launch_error(
+        int(os.environ.get("WORLD_SIZE", "1")), accelerator.num_processes, accelerator.distributed_type
+    )
+    if error is not None:
+        raise RuntimeError(error)
+    warning = engine_warning(requested_engine(os.environ, trainer.args), accelerator.distributed_type)
+    if warning is not None and accelerator.is_main_process:
+        warnings.warn(warning, stacklevel=3)
+
+
+def check_runtime_support(trainer: Any) -> None:
+    """Refuse what the exact global denominator cannot support when an optimizer step spans generation rounds."""
+    rounds = trainer.args.steps_per_generation * trainer.num_iterations
+    if not trainer.objective.uses_own_loss or rounds % trainer.args.gradient_accumulation_steps == 0:
+        return
+    # When an optimizer step spans generation rounds, the global token count of the step is only known after
+    # its last micro-batch: gradients are corrected in place before clipping (exact, since they are linear).
+    if trainer.accelerator.distributed_type == DistributedType.DEEPSPEED:
+        raise ValueError(
+            "With DeepSpeed, gradient_accumulation_steps must divide steps_per_generation * num_iterations "
+            f"(got {trainer.args.gradient_accumulation_steps} and {trainer.args.steps_per_generation} * "
+            f"{trainer.num_iterations}): the exact global token denominator then needs a gradient rescale that "
+            "DeepSpeed's engine does not expose. Set steps_per_generation to a multiple of "
+            "gradient_accumulation_steps."
+        )
+    if trainer.aux_loss_enabled:
+        raise ValueError(
+            "With a MoE router auxiliary loss, gradient_accumulation_steps must divide steps_per_generation * "
+            "num_iterations: the exact token denominator would otherwise rescale the auxiliary loss too. Set "
+            "steps_per_generation to a multiple of gradient_accumulation_steps."
+        )
+
+
+class RewardChecks:
+    """Reward outputs checked and tallied per function, infinite rewards refused, one warning when a whole batch is
+    unscorable, and :meth:`nothing_trained` for the end of the run (a component of ``LooGspoTrainer``)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.tallies = [RewardTally() for _ in trainer.reward_funcs]
+        self._checked_source: list | None = None  # the functions the checked list was built from
+        self._checked_funcs: list = []
+        self._warned_unscorable = False
+
+    def _checked_list(self) -> list:
+        """Checked versions of ``trainer.reward_funcs``, rebuilt when the list was changed after construction."""
+        current = list(self.trainer.reward_funcs)
+        source = self._checked_source
+        same = source is not None and len(source) == len(current)
+        if not (same and all(a is b for a, b in zip(source, current, strict=True))):
+            if len(self.tallies) != len(current):
+                self.tallies = [RewardTally() for _ in current]
+            self._checked_funcs = [
+                func if isinstance(func, torch.nn.Module) else checked_reward(func, get_callable_name(func), tally)
+                for func, tally in zip(current, self.tallies, strict=True)
+            ]
+            self._checked_source = current
+        return self._checked_funcs
+
+    @contextlib.contextmanager
+    def checked_reward_funcs(self) -> Iterator[None]:
+        """TRL's reward loop runs the checked functions; ``trainer.reward_funcs`` is the user's list otherwise."""
+        trainer = self.trainer
+        original, trainer.reward_funcs = trainer.reward_funcs, self._checked_list()
+        try:
+            yield
+        finally:
+            trainer.reward_funcs = original
+
+    def check_rewards(self, rewards_per_func: torch.Tensor) -> None:
+        """Refuse infinite rewards (they would turn the weights into NaN at the first update and fail far from their
+        cause), naming the function; warn once when no answer of a batch could be scored. Runs on the gathered
+        rewards, so every rank decides alike."""
+        infinite = torch.isinf(rewards_per_func)
+        if bool(infinite.any()):
+            column = int(infinite.any(dim=0).nonzero()[0])
+            rows = infinite[:, column].nonzero().flatten().tolist()
+            raise ValueError(
+                f"reward function {self.trainer.reward_func_names[column]!r} returned an infinite reward for "
+                f"{len(rows)} of {rewards_per_func.size(0)} completions (first: row {rows[0]} of the gathered batch, "
+                f"value {float(rewards_per_func[rows[0], column])}). Rewards must be finite floats, or None for an "
+                "answer that cannot be scored."
+            )
+        if not self._warned_unscorable and rewards_per_func.numel() and bool(torch.isnan(rewards_per_func).all()):
+            self._warned_unscorable = True
+            logger.warning(
+                f"No completion of this batch ({rewards_per_func.size(0)} answers) could be scored: "
+                + "; ".join(self._tally_lines())
+                + ". Unscorable answers get weight 0: nothing is learned from this batch."
+            )
+
+    def _tally_lines(self) -> list[str]:
+        return [
+            f"reward function {name!r} returned None for {t.none} and NaN for {t.nan} of {t.completions} completions"
+            for name, t in zip(self.trainer.reward_func_names, self.tallies, strict=False)
+            if t.completions
+        ]
+
+    def nothing_trained(self, effective_tokens: int, padded_rows: int) -> str | None:
+        """Why this run moved the policy on no answer, or ``None`` when some answer carried a weight."""
+        trainer, args = self.trainer, self.trainer.args
+        tallies = {name: t for name, t in zip(trainer.reward_func_names, self.tallies, strict=False) if t.completions}
+        padding = None
+        if args.dynamic_sampling and padded_rows > 0:
+            padding = f"max_sampling_rounds={args.max_sampling_rounds}"
+            if args.probe_generations:
+                padding += f" with the two-stage probe (probe_generations={args.probe_generations})"
+        return nothing_trained_reason(
+            trainer.state.global_step, effective_tokens, trainer.state.log_history, tallies, padding
+        )

@@ -1,0 +1,533 @@
+"""Dynamic sampling (method §3.1) wired into TRL's generation: a component of ``LooGspoTrainer``.
+
+One training batch is assembled in generation *rounds*. Each round generates and verifies whole prompt groups
+(TRL's ``_generate`` and ``_calculate_rewards``, called as they are), gathers the answers of every rank, and
+decides on the gathered rewards — identically on every rank — which groups carry a comparison signal
+(:mod:`trl_loo_gspo.algorithms.group_filter`). Missing groups are refilled with new prompts from a sampler that
+has its own seed and cursor, up to ``max_sampling_rounds``. The chosen groups are then handed to TRL's
+``_generate_and_score_completions`` through a *replay*: ``_generate`` and ``_calculate_rewards`` return the answers
+and rewards already made, so no answer is generated or verified twice, and TRL does the padding, old/reference
+log-probabilities, importance weights and logging of the final batch only.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import Counter
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+from datasets import IterableDataset
+
+from ..algorithms.group_filter import (
+    RecheckSchedule,
+    RefillSampler,
+    adaptive_round_can_fill,
+    allocate_group_sizes,
+    group_decisions,
+    refill_prompt_count,
+    resolve_refill_seed,
+    select_groups,
+)
+from .generation import Generation
+from .rows import (
+    NO_SPANS,
+    Replay,
+    RoundData,
+    combined_rewards,
+    generation_from_records,
+    padding_record,
+    prompt_key,
+    row_records,
+    row_tokens,
+    with_extra_fields,
+)
+
+
+class DynamicSampler:
+    """With ``dynamic_sampling``, assembles each training batch in rounds (:meth:`sample`, see the module
+    docstring). It overrides no TRL hook: the trainer's ``_generate_and_score_completions`` calls :meth:`sample`,
+    then TRL replays the batch through :class:`~trl_loo_gspo.trainer.generation.Generation`. Its state (counters,
+    refill sampler, registry, re-check schedule) is checkpointed through :meth:`state_dict`."""
+
+    def __init__(self, trainer: Any, generation: Generation) -> None:
+        self.trainer = trainer
+        self.generation = generation
+        args = self.args = trainer.args
+        self.accelerator = trainer.accelerator
+        self.num_generations = trainer.num_generations
+        self.train_dataset = trainer.train_dataset
+        self._row_store: dict[tuple[int, int], dict] = {}  # this rank's generated rows still in the running
+        self._row_calls = 0  # generation calls so far (part of a row's local key)
+        self._pad_template: dict | None = None
+        self._pad_input: dict | None = None
+        self._warned_exhausted = False
+        self._refill: RefillSampler | None = None
+        self.sampling_counters = {"discarded_tokens": 0, "padded_rows": 0, "surplus_groups": 0, "rounds": 0}
+        self.filtered_registry: dict[int, dict] = {}  # method §3.1 re-checks: dataset index -> record
+        self._recheck = RecheckSchedule(None)
+        self._prompt_index: dict[str, int] = {}
+        if not args.dynamic_sampling:
+            return
+        if isinstance(self.train_dataset, IterableDataset):
+            raise ValueError(
+                "dynamic_sampling needs a map-style train_dataset (refill prompts are drawn by index); got an "
+                "IterableDataset. Materialise it (e.g. Dataset.from_list) or set dynamic_sampling=False."
+            )
+        if trainer.environment_factories is not None:
+            raise ValueError("dynamic_sampling does not support environment_factory yet; set dynamic_sampling=False.")
+        seed = resolve_refill_seed(args.refill_seed, args.data_seed, args.seed)
+        self._refill = RefillSampler(len(self.train_dataset), seed, shuffle=args.shuffle_dataset)
+        self._recheck = RecheckSchedule(args.recheck_filtered_every)
+        if args.recheck_filtered_every is not None:
+            for index, prompt in enumerate(self.train_dataset["prompt"]):
+                self._prompt_index.setdefault(prompt_key(prompt), index)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "sampling_counters": dict(self.sampling_counters),
+            "refill_sampler": None if self._refill is None else self._refill.state_dict(),
+            "filtered_registry": {str(index): record for index, record in self.filtered_registry.items()},
+            "recheck_schedule": self._recheck.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampling_counters.update(state.get("sampling_counters", {}))
+        registry = state.get("filtered_registry") or {}
+        self.filtered_registry = {int(index): record for index, record in registry.items()}
+        if self._refill is not None and state.get("refill_sampler") is not None:
+            self._refill.load_state_dict(state["refill_sampler"])
+        self._recheck.load_state_dict(state.get("recheck_schedule"))
+
+    def _combined_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        return combined_rewards(rewards_per_func, self.trainer.reward_weights)
+
+    def _generate_rows(self, rows: list[dict], per_prompt: int) -> tuple[list[dict], torch.Tensor]:
+        """Generate and verify one answer per row of a *global* row list; each rank takes its equal share.
+
+        ``rows`` holds each prompt ``per_prompt`` times in a row (``per_prompt=1``: one answer per row), and the
+        backend's main generation call is told so (``_generate_single_turn``'s ``num_generations``; vLLM server
+        mode deduplicates ``prompts[::num_generations]``); rollout functions read ``answers_per_prompt``.
+        ``self.num_generations`` is never changed. Returns one reference per global row (owner rank,
+        local key, token count) and the gathered rewards; the row data stays in the owner's ``_row_store``.
+        """
+        ranks, rank = self.accelerator.num_processes, self.accelerator.process_index
+        share = len(rows) // ranks
+        mine = rows[rank * share : (rank + 1) * share]
+        prompts = [x["prompt"] for x in mine]
+        with self.generation.laid_out(per_prompt):  # answers per prompt of this call, for the backend
+            generation = self.trainer._generate(prompts)
+        rewards_per_func, signals = self.trainer._score(
+            with_extra_fields(mine, generation[5]), prompts, generation[3], generation[1]
+        )
+        local = row_records(generation)
+        for record, logged in zip(local, self._take_extra_logs(len(local)), strict=True):
+            record["extra_log"] = logged  # `log_extra` columns travel with their row
+        # Decisions need the gathered rewards only (TRL gathered them). The rows stay on the rank that generated them
+        # until the batch is assembled; token counts are known for own rows and summed across ranks once per batch.
+        me = self.accelerator.process_index
+        call = self._row_calls
+        self._row_calls += 1
+        for i, record in enumerate(local):
+            self._row_store[(call, i)] = record
+        if local and self._pad_template is None:
+            self._pad_template = padding_record(local[0])  # every padding row of this rank
+            self._pad_input = mine[0]  # ... and its inputs: the same prompt
+        refs = [
+            {
+                "owner": row // share,
+                "key": (call, row % share),
+                "tokens": row_tokens(local[row % share]) if row // share == me else 0,  # own rows only
+                "span_signals": signals[row] if signals is not None else None,
+            }
+            for row in range(len(rows))
+        ]
+        return refs, rewards_per_func
+
+    def _take_extra_logs(self, num_rows: int) -> list[dict]:
+        """The ``log_extra`` columns the reward functions just logged for this rank's rows, one dict per row; TRL's
+        pending buffer is emptied (it would otherwise flush every round's values with the trained batch)."""
+        pending = getattr(self.trainer, "_pending_extra_logs", None)
+        if not pending:
+            return [{} for _ in range(num_rows)]
+        rows = [
+            {column: values[i] if i < len(values) else None for column, values in pending.items()}
+            for i in range(num_rows)
+        ]
+        pending.clear()
+        return rows
+
+    def _release(self, refs: list[dict]) -> None:
+        """Forget the data of rows that will not be trained (this rank's share): nothing but chosen rows is kept."""
+        me = self.accelerator.process_index
+        for ref in refs:
+            if ref["owner"] == me:
+                self._row_store.pop(ref["key"], None)
+
+    def _aligned(self, rows: list[dict]) -> tuple[list[dict], int]:
+        """Pad a global row list with copies of its last row so that it splits evenly over the ranks."""
+        extra = -len(rows) % self.accelerator.num_processes
+        return rows + [rows[-1]] * extra, extra
+
+    def _decide(self, rewards_per_func: torch.Tensor, sizes: list[int], mode: str, band) -> object:
+        rewards = self._combined_rewards(rewards_per_func).cpu()
+        ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes, dtype=torch.long))
+        return group_decisions(rewards, ids, mode, self.args.signal_tolerance, tuple(band))
+
+    @staticmethod
+    def _candidate(records, prompt, rewards, decision, g) -> dict:
+        return {
+            "records": records,
+            "inputs": [prompt] * len(records),
+            "rewards": rewards,
+            "keep": bool(decision.keep[g]),
+            "mean": float(decision.mean[g]),
+            "all_correct": bool(decision.all_correct[g]),
+            "all_wrong": bool(decision.all_wrong[g]),
+        }
+
+    def _full_round(self, prompts: list[dict]) -> tuple[list[dict], dict]:
+        """DAPO's flow: K answers for every prompt, then the filter on the whole group."""
+        k = self.num_generations
+        rows, _ = self._aligned([p for p in prompts for _ in range(k)])
+        records, rewards_per_func = self._generate_rows(rows, k)
+        n = len(prompts) * k
+        decision = self._decide(
+            rewards_per_func[:n], [k] * len(prompts), self.args.group_filter, self.args.pass_rate_band
+        )
+        groups = [
+            self._candidate(records[g * k : (g + 1) * k], prompt, rewards_per_func[g * k : (g + 1) * k], decision, g)
+            for g, prompt in enumerate(prompts)
+        ]
+        self._release(records[n:])
+        return groups, {
+            "discarded": sum(row_tokens(r) for r in records[n:]),
+            "probe": 0,
+            "continuation": 0,
+            "surplus": 0,
+        }
+
+    def _new_probes_usable(self, round_number: int) -> bool:
+        """Whether new prompts drawn for round ``round_number`` could still be trained: without the probe always;
+        with it, only before the last round (the rest of a group comes in the next round), unless a group of
+        exactly the probe size is a whole group (``adaptive_group_size`` with ``min_generations`` = probe size)."""
+        args = self.args
+        if not args.probe_generations or round_number < args.max_sampling_rounds:
+            return True
+        return bool(args.adaptive_group_size) and args.group_size_bounds[0] == args.probe_generations
+
+    def _group_sizes(self, probe_means: list[float], rows_missing: int) -> list[int]:
+        """Full-group size of each prompt whose probe passed: K each for as many as fit, or adaptive sizes."""
+        args, k = self.args, self.num_generations
+        if args.adaptive_group_size:
+            return allocate_group_sizes(probe_means, rows_missing, *args.group_size_bounds)
+        fits = rows_missing // k
+        return [k if j < fits else 0 for j in range(len(probe_means))]
+
+    def _probe_round(
+        self, prompts: list[dict], pending: list[dict], rows_missing: int, final: bool
+    ) -> tuple[list[dict], dict, list[dict]]:
+        """Two-stage sampling (method §3.1 variant) in ONE generation call per round: the call carries the
+        continuations of the previous round's passing probes (one row per answer) and ``probe_generations`` answers
+        for each new prompt. Only prompts whose probe pass rate lies strictly inside ``probe_pass_rate_band`` get
+        the rest of their group — in the next round's call — and the probe answers stay members of it. Only as many
+        prompts are continued as the batch still has rows for; the others' probes are discarded (surplus). With
+        ``adaptive_group_size`` the group sizes vary per prompt. On the ``final`` round no continuation can follow,
+        so only groups of exactly the probe size are taken. Returns the decided groups, token stats and the new
+        pending groups."""
+        args = self.args
+        probe = args.probe_generations
+        continuation = [p["prompt"] for p in pending for _ in range(p["size"] - probe)]
+        rows, _ = self._aligned(continuation + [x for x in prompts for _ in range(probe)])
+        records, rewards_per_func = self._generate_rows(rows, 1 if continuation else probe)
+        c, n = len(continuation), len(continuation) + len(prompts) * probe
+        stats = {
+            "discarded": sum(row_tokens(r) for r in records[n:]),
+            "probe": sum(row_tokens(r) for r in records[c:n]),
+            "continuation": sum(row_tokens(r) for r in records[:c]),
+            "surplus": 0,
+        }
+        self._release(records[n:])
+        groups: list[dict] = []
+        if pending:  # the previous round's passing probes, completed by this call
+            start, full_records, full_rewards = 0, [], []
+            for group in pending:
+                rest = group["size"] - probe
+                full_records.append(group["records"] + records[start : start + rest])
+                full_rewards.append(torch.cat([group["rewards"], rewards_per_func[start : start + rest]]))
+                start += rest
+            full = self._decide(
+                torch.cat(full_rewards), [g["size"] for g in pending], args.group_filter, args.pass_rate_band
+            )
+            for g, group in enumerate(pending):
+                groups.append(self._candidate(full_records[g], group["prompt"], full_rewards[g], full, g))
+                if full.keep[g]:
+                    rows_missing -= group["size"]
+        if not prompts:
+            return groups, stats, []
+        probe_rewards = rewards_per_func[c:n]
+        decision = self._decide(probe_rewards, [probe] * len(prompts), "pass_rate_band", args.probe_pass_rate_band)
+        self._probe_rates.extend(decision.mean.tolist())
+        passing = [j for j in range(len(prompts)) if decision.keep[j]]
+        sizes = self._group_sizes([float(decision.mean[j]) for j in passing], max(rows_missing, 0))
+        if final:  # no later call can continue a probe
+            sizes = [size if size == probe else 0 for size in sizes]
+        size_of = {j: size for j, size in zip(passing, sizes, strict=True) if size > 0}
+        surplus = [j for j in passing if j not in size_of]
+
+        def rows_of(j: int) -> slice:
+            return slice(c + j * probe, c + (j + 1) * probe)
+
+        for j in range(len(prompts)):
+            if j not in size_of and j not in surplus:  # the probe filtered it
+                groups.append(
+                    self._candidate(
+                        records[rows_of(j)], prompts[j], probe_rewards[j * probe : (j + 1) * probe], decision, j
+                    )
+                )
+        stats["discarded"] += sum(row_tokens(r) for j in surplus for r in records[rows_of(j)])
+        self._release([r for j in surplus for r in records[rows_of(j)]])
+        stats["surplus"] = len(surplus)
+        complete = [j for j in sorted(size_of) if size_of[j] == probe]  # a group of exactly the probe is done
+        if complete:
+            whole = self._decide(
+                torch.cat([probe_rewards[j * probe : (j + 1) * probe] for j in complete]),
+                [probe] * len(complete),
+                args.group_filter,
+                args.pass_rate_band,
+            )
+            for g, j in enumerate(complete):
+                rewards_j = probe_rewards[j * probe : (j + 1) * probe]
+                groups.append(self._candidate(records[rows_of(j)], prompts[j], rewards_j, whole, g))
+        new_pending = [
+            {
+                "prompt": prompts[j],
+                "records": records[rows_of(j)],
+                "rewards": probe_rewards[j * probe : (j + 1) * probe],
+                "size": size_of[j],
+            }
+            for j in sorted(size_of)
+            if size_of[j] > probe
+        ]
+        return groups, stats, new_pending
+
+    def sample(self, inputs: list[dict]) -> tuple[list[dict], Replay]:
+        args = self.args
+        k = self.num_generations
+        ranks, rank = self.accelerator.num_processes, self.accelerator.process_index
+        local_rows = len(inputs)
+        total_rows = local_rows * ranks  # one generation batch
+        needed = total_rows // k  # groups of K in one generation batch
+        # TRL's batch holds each prompt k times in a row: gather each group's first row only
+        first_rows = [x for i, x in enumerate(inputs) if (rank * local_rows + i) % k == 0]
+        prompts = [x for part in gather_object([first_rows]) for x in part]
+        readmitted = self._readmit(needed)
+        prompts = prompts + [self.train_dataset[i] for i in readmitted]
+        candidates: list[dict] = []
+        totals = {"discarded": 0, "probe": 0, "continuation": 0, "surplus": 0}
+        self._probe_rates: list[float] = []
+        rounds, filled, exhausted = 0, 0, False
+        pending: list[dict] = []  # probe mode: passing probes whose continuation comes with the next call
+        while True:
+            rounds += 1
+            if args.probe_generations:
+                final = rounds >= args.max_sampling_rounds
+                groups, stats, pending = self._probe_round(prompts, pending, total_rows - filled, final)
+            else:
+                groups, stats = self._full_round(prompts)
+            for key, value in stats.items():
+                totals[key] += value
+            for group in groups:
+                if not group["keep"]:
+                    self._release(group["records"])
+            candidates.extend(groups)
+            filled = min(sum(len(c["records"]) for c in candidates if c["keep"]), total_rows)
+            reserved = sum(group["size"] for group in pending)  # rows the next call completes
+            if filled >= total_rows and not pending:
+                break
+            if pending:  # the next call must carry their continuations; new probes only for rows still open
+                open_rows = total_rows - filled - reserved
+            else:
+                if rounds >= args.max_sampling_rounds:
+                    exhausted = True
+                    break
+                open_rows = total_rows - filled
+                if args.adaptive_group_size and not adaptive_round_can_fill(open_rows, args.group_size_bounds[0]):
+                    # fewer rows missing than the smallest group: pad them, do not probe in vain
+                    exhausted = f"{open_rows} missing rows < min_generations={args.group_size_bounds[0]}"
+                    break
+            prompts = []
+            if not self._new_probes_usable(rounds + 1):
+                # the next round is the last: a new probe could never be continued, so draw none (§3.1 two-stage)
+                if not pending:
+                    exhausted = True
+                    break
+                continue
+            can_probe = not (
+                args.adaptive_group_size and not adaptive_round_can_fill(open_rows, args.group_size_bounds[0])
+            )
+            if open_rows > 0 and can_probe:
+                kept = sum(c["keep"] for c in candidates) + len(pending)  # pending groups passed their probe
+                keep_rate = kept / max(len(candidates) + len(pending), 1)
+                missing = math.ceil(open_rows / k)
+                per_prompt = args.probe_generations or k
+                count = refill_prompt_count(missing, keep_rate, ranks, per_prompt, needed)
+                drawn = self._refill.draw(count, exclude=set(self.filtered_registry))  # same on every rank
+                prompts = [self.train_dataset[i] for i in drawn]
+
+        selection = select_groups(
+            [c["keep"] for c in candidates], [len(c["records"]) for c in candidates], total_rows, exhausted=exhausted
+        )
+        why = exhausted if isinstance(exhausted, str) else f"max_sampling_rounds={args.max_sampling_rounds}"
+        exhausted = bool(exhausted)
+        if exhausted and selection.padding_rows and args.on_sampling_exhausted == "error":
+            raise RuntimeError(
+                f"dynamic sampling filled {total_rows - selection.padding_rows} of {total_rows} rows with groups "
+                f"carrying a comparison signal after {rounds} generation rounds ({why}). Raise max_sampling_rounds, "
+                "or set on_sampling_exhausted='pad' to train on the groups found."
+            )
+        if selection.padding_rows and not self._warned_exhausted:
+            warnings.warn(
+                f"dynamic sampling stopped ({why}) with "
+                f"{total_rows - selection.padding_rows}/{total_rows} rows in groups carrying a comparison signal; "
+                "the rest of the batch is zero-weight padding (logged as sampling/padded_fraction). Warning once.",
+                stacklevel=2,
+            )
+            self._warned_exhausted = True
+        self._log_sampling(candidates, selection, rounds, total_rows, totals)
+        self._update_registry(candidates, selection, readmitted)
+
+        chosen = [candidates[i] for i in selection.chosen]
+        chosen_set = set(selection.chosen)
+        for i, candidate in enumerate(candidates):  # kept groups beyond the batch (surplus)
+            if candidate["keep"] and i not in chosen_set:
+                self._release(candidate["records"])
+        # Groups mostly generated on rank r first, so that most rows are trained where they were made and only the
+        # others move (once, to the rank that trains them). A stable sort: the same order on every rank.
+        chosen.sort(key=lambda c: Counter(r["owner"] for r in c["records"]).most_common(1)[0][0])
+        # Padding rows: zero-weight one-token rows (their completion mask is zeroed after TRL's pass, rewards NaN).
+        inputs_pool = [x for c in candidates for x in c["inputs"]]
+        all_refs = [r for c in chosen for r in c["records"]] + [{"pad": True}] * selection.padding_rows
+        all_inputs = [x for c in chosen for x in c["inputs"]] + [
+            inputs_pool[i % len(inputs_pool)] for i in range(selection.padding_rows)
+        ]
+        rewards_rows = [c["rewards"] for c in chosen]
+        if selection.padding_rows:
+            width = candidates[0]["rewards"].size(1)
+            rewards_rows.append(candidates[0]["rewards"].new_full((selection.padding_rows, width), float("nan")))
+        rewards_per_func = torch.cat(rewards_rows)
+        pad_rows_all = torch.zeros(len(all_refs), dtype=torch.bool, device=rewards_per_func.device)
+        pad_rows_all[len(all_refs) - selection.padding_rows :] = True
+        sizes = [len(c["records"]) for c in chosen] + ([selection.padding_rows] if selection.padding_rows else [])
+        group_ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes)).to(pad_rows_all.device)
+        signals = None
+        if self.args.process_advantage_coef > 0:  # §6: every row has an entry, padding rows explicitly none
+            signals = [NO_SPANS if r.get("pad") else r["span_signals"] for r in all_refs]
+        mine = slice(rank * local_rows, (rank + 1) * local_rows)
+        my_records = self._assemble(all_refs, local_rows)
+        my_inputs = [
+            self._pad_input if pad else row
+            for row, pad in zip(all_inputs[mine], pad_rows_all[mine].tolist(), strict=True)
+        ]  # a padding row's inputs are the prompt its prompt_ids come from
+        replay = Replay(
+            generation_from_records(my_records),
+            RoundData(rewards_per_func, group_ids, pad_rows_all, signals),
+            pad_rows_all[mine],
+            [r.get("extra_log", {}) for r in my_records],
+        )
+        return my_inputs, replay
+
+    def _assemble(self, refs: list[dict], local_rows: int) -> list[dict]:
+        """This rank's rows of the final batch (positions ``rank × local_rows ...``): its own rows from its store, the
+        others' from one exchange that carries only the rows changing rank; padding rows are the one-token template."""
+        me, ranks = self.accelerator.process_index, self.accelerator.num_processes
+        outgoing = [
+            (position, self._row_store[ref["key"]])
+            for position, ref in enumerate(refs)
+            if not ref.get("pad") and ref["owner"] == me and position // local_rows != me
+        ]
+        arriving = {}
+        if ranks > 1:
+            for part in gather_object([outgoing]):
+                for position, record in part:
+                    if position // local_rows == me:
+                        arriving[position] = record
+        records = []
+        for position in range(me * local_rows, (me + 1) * local_rows):
+            ref = refs[position]
+            if ref.get("pad"):
+                records.append(self._pad_template)  # a one-token row of this rank's first generation
+            else:
+                records.append(self._row_store[ref["key"]] if ref["owner"] == me else arriving[position])
+        self._row_store.clear()
+        return records
+
+    def _readmit(self, needed: int) -> list[int]:
+        """At the first generation round at or after each multiple of ``recheck_filtered_every`` optimizer steps,
+        re-admit prompts filtered at least that many steps ago, oldest first (at most one batch of them); they go
+        through the probe when it is on (method §3.1)."""
+        due = self._recheck.readmit(self.filtered_registry, self.trainer.state.global_step, needed)
+        for index in due:
+            del self.filtered_registry[index]
+        return due
+
+    def _update_registry(self, candidates: list[dict], selection, readmitted: list[int]) -> None:
+        metrics = self.trainer._metrics["train"]
+        if self.args.recheck_filtered_every is None:
+            return
+        step = self.trainer.state.global_step
+        passed = 0
+        for candidate in candidates:
+            index = self._prompt_index.get(prompt_key(candidate["inputs"][0]["prompt"]))
+            if index is None:
+                continue
+            if candidate["keep"]:
+                passed += index in readmitted
+                self.filtered_registry.pop(index, None)
+            elif candidate["all_correct"] or candidate["all_wrong"]:
+                outcome = "all_correct" if candidate["all_correct"] else "all_wrong"
+                mean = None if math.isnan(candidate["mean"]) else candidate["mean"]
+                self.filtered_registry[index] = {"step": step, "pass_rate": mean, "outcome": outcome}
+        metrics["sampling/readmitted"].append(len(readmitted))
+        metrics["sampling/readmitted_passed"].append(passed)
+        metrics["sampling/registry_size"].append(len(self.filtered_registry))
+
+    def _log_sampling(self, candidates: list[dict], selection, rounds: int, total_rows: int, totals: dict) -> None:
+        metrics = self.trainer._metrics["train"]
+        chosen = set(selection.chosen)
+        discarded = totals["discarded"] + sum(
+            row_tokens(r) for i, c in enumerate(candidates) if i not in chosen for r in c["records"]
+        )
+        # this rank's shares (own rows only): one all-reduce per batch
+        shares = torch.tensor([discarded, totals["probe"], totals["continuation"]], dtype=torch.float64)
+        discarded, probe_tokens, continuation_tokens = (
+            int(v) for v in self.accelerator.reduce(shares.to(self.accelerator.device), reduction="sum").tolist()
+        )
+        n = max(len(candidates), 1)
+        generated = torch.cat([self._combined_rewards(c["rewards"]) for c in candidates]) if candidates else None
+        if generated is not None and bool((~torch.isnan(generated)).any()):
+            metrics["rollout/reward_mean"].append(float(generated.nanmean()))  # every scored answer of the rounds
+        metrics["sampling/rounds"].append(rounds)
+        metrics["sampling/frac_filtered"].append(sum(not c["keep"] for c in candidates) / n)
+        metrics["sampling/frac_all_correct"].append(sum(c["all_correct"] for c in candidates) / n)
+        metrics["sampling/frac_all_wrong"].append(sum(c["all_wrong"] for c in candidates) / n)
+        metrics["sampling/padded_fraction"].append(selection.padding_rows / total_rows)
+        metrics["sampling/groups"].append(len(selection.chosen))
+        surplus = selection.surplus + totals["surplus"]
+        metrics["sampling/surplus_groups"].append(surplus)
+        metrics["tokens/discarded"].append(discarded)
+        if self.args.probe_generations:
+            metrics["tokens/probe"].append(probe_tokens)
+            metrics["tokens/continuation"].append(continuation_tokens)
+            probe = self.args.probe_generations
+            rates = [r for r in self._probe_rates if not math.isnan(r)]
+            for v in range(probe + 1):  # histogram of probe pass rates, binned at multiples of 1/probe
+                share = sum(round(r * probe) == v for r in rates) / max(len(rates), 1)
+                metrics[f"probe/pass_rate_{v}_of_{probe}"].append(share)
+        counters = self.sampling_counters
+        counters["discarded_tokens"] += discarded
+        counters["padded_rows"] += selection.padding_rows
+        counters["surplus_groups"] += surplus
+        counters["rounds"] += rounds

@@ -1,0 +1,185 @@
+"""What one generation round and one optimizer step log (docs/metrics.md), as functions the trainer calls, and the
+run's cumulative token counters (a component with a ``state_dict``).
+
+Loss statistics are accumulated per micro-batch without host syncs (:func:`loss_stats`), reduced across ranks once
+per step and logged as ``clip_ratio/*`` (ours and TRL's names), ``ratio/*``, ``entropy``, ``kl``, ``guard/*``
+(:func:`log_loss_stats`); a round logs groups, advantages, unscorable answers and tokens (:func:`log_round`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..algorithms.advantages import frac_rows_without_signal, group_has_signal
+from ..algorithms.losses import PolicyLoss
+from ..algorithms.step_accounting import IDX
+from .rows import RoundData, generated_per_effective, loss_mask
+
+
+class TokenCounters:
+    """Cumulative generated and effective tokens of the run (all ranks; checkpointed)."""
+
+    def __init__(self) -> None:
+        self.generated = 0
+        self.effective = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"generated_tokens_total": self.generated, "effective_tokens_total": self.effective}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generated = int(state["generated_tokens_total"])
+        self.effective = int(state["effective_tokens_total"])
+
+
+def log_round(
+    metrics: dict[str, list],
+    round_data: RoundData,
+    rewards: torch.Tensor,
+    all_advantages: torch.Tensor,
+    tokens: tuple[float, float, float],
+    signal_tolerance: float,
+    variable_groups: bool,
+) -> None:
+    """Metrics of one generation round; padding rows are not answers: neither groups, nor scored, nor unscorable.
+
+    ``tokens``: the round's global ``(generated, effective, valid)`` token counts; ``variable_groups``: groups may
+    differ in size (TRL's ``frac_reward_zero_std`` then grouped the rows wrongly and is replaced)."""
+    generated, effective, valid = tokens
+    real = round_data.real.to(rewards.device)
+    group_ids = round_data.group_ids.to(rewards.device)
+    signal = group_has_signal(rewards[real], group_ids[real], atol=signal_tolerance)
+    metrics["groups/frac_with_signal"].append(signal.float().mean().item() if signal.numel() else 0.0)
+    scored = all_advantages[~torch.isnan(rewards)]
+    metrics["advantages/mean"].append(scored.mean().item() if scored.numel() else 0.0)
+    metrics["advantages/std"].append(scored.std().item() if scored.numel() > 1 else 0.0)
+    unscorable = torch.isnan(round_data.rewards_per_func).all(dim=1).to(real.device) & real
+    metrics["rewards/frac_unscorable"].append(unscorable.sum().item() / max(int(real.sum()), 1))
+    if variable_groups and metrics.get("frac_reward_zero_std"):
+        metrics["frac_reward_zero_std"][-1] = frac_rows_without_signal(rewards, group_ids, signal_tolerance, real)
+    metrics["tokens/generated"].append(generated)
+    metrics["tokens/valid"].append(valid)
+    metrics["tokens/effective"].append(effective)
+
+
+def log_totals(metrics: dict[str, list], counters: TokenCounters) -> None:
+    """The run's cumulative token counts (one value each, replaced every round)."""
+    metrics["tokens/generated_total"] = [float(counters.generated)]
+    metrics["tokens/effective_total"] = [float(counters.effective)]
+    metrics["tokens/generated_per_effective"] = [generated_per_effective(counters.generated, counters.effective)]
+
+
+@torch.no_grad()
+def resample_sampling_metrics(
+    metrics: dict[str, list], output: dict[str, Any], sequence_level: bool, gather: Callable[[torch.Tensor], Any]
+) -> None:
+    """TRL's vLLM importance-sampling metrics (``sampling/importance_sampling_ratio/*``,
+    ``sampling/sampling_logp_difference/*``), recomputed over the answers only: TRL computed them before the padding
+    rows of a dynamic-sampling batch were masked, so each padding row counted as a ratio-0 answer (the logged mean
+    read 1 − padded fraction, a false vLLM/trainer mismatch). Call after the padding rows' mask is zeroed; replaces
+    the values TRL just appended."""
+    ratio, sampled, old = (
+        output.get(k) for k in ("importance_sampling_ratio", "sampling_per_token_logps", "old_per_token_logps")
+    )
+    if ratio is None or sampled is None or old is None:
+        return
+    mask = loss_mask(output).bool()
+    delta = torch.abs(old - sampled)[mask & ~torch.isnan(old - sampled)].to(torch.float64)
+    values = (ratio[mask.any(dim=1)].flatten() if sequence_level else ratio[mask]).to(torch.float64)
+    nan = torch.full((), torch.nan, dtype=torch.float64, device=mask.device)  # this process has no answer
+    local = {
+        "sampling/sampling_logp_difference/mean": delta.mean() if delta.numel() else nan,
+        "sampling/sampling_logp_difference/max": delta.max() if delta.numel() else nan,
+        "sampling/importance_sampling_ratio/min": values.min() if values.numel() else nan,
+        "sampling/importance_sampling_ratio/mean": values.mean() if values.numel() else nan,
+        "sampling/importance_sampling_ratio/max": values.max() if values.numel() else nan,
+    }
+    gathered = gather(torch.stack(list(local.values())).reshape(1, -1)).reshape(-1, len(local))
+    for column, name in enumerate(local):
+        if not metrics.get(name):
+            continue
+        per_process = gathered[:, column]
+        per_process = per_process[~torch.isnan(per_process)]
+        if per_process.numel() == 0:  # no answer in the batch (all padding): no figure for it
+            metrics[name].pop()
+            continue
+        if name.endswith("/min"):
+            reduced = per_process.min()
+        elif name.endswith("/max"):
+            reduced = per_process.max()
+        else:
+            reduced = per_process.mean()  # TRL's mean of the per-process means
+        metrics[name][-1] = float(reduced)
+
+
+@torch.no_grad()
+def loss_stats(
+    policy: PolicyLoss,
+    lengths: torch.Tensor,
+    fmask: torch.Tensor,
+    entropies: torch.Tensor,
+    per_token_kl: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """This micro-batch's sums (:data:`~trl_loo_gspo.algorithms.step_accounting.SUM_STATS`) and ratio extrema
+    ``[max s, max −s]``; no host sync (masked ops, no boolean indexing). The clip decisions are the policy loss's
+    own."""
+    valid = lengths > 0
+    s = policy.ratio.detach().to(torch.float64)
+    low, high = policy.clipped_low & valid, policy.clipped_high & valid
+    lengths = lengths.to(torch.float64)
+    zero = torch.zeros((), dtype=torch.float64, device=s.device)
+    values = [
+        valid.sum(),
+        lengths.sum(),
+        low.sum(),
+        high.sum(),
+        (lengths * low).sum(),
+        (lengths * high).sum(),
+        (policy.guard & valid).sum() if policy.guard is not None else zero,
+        torch.where(valid, s, zero).sum(),
+        (entropies * fmask).sum(),
+        (per_token_kl.detach() * fmask).sum() if per_token_kl is not None else zero,
+    ]
+    stats = torch.stack([v.to(torch.float64) for v in values])
+    minus_inf = torch.full_like(s, -math.inf)
+    extrema = torch.stack([torch.where(valid, s, minus_inf).amax(), torch.where(valid, -s, minus_inf).amax()])
+    return stats, extrema
+
+
+def rank_clip_fractions(stats: torch.Tensor) -> torch.Tensor:
+    """``[−low, high]``: this process's token fractions on the lower and upper clipped branch (reduced with ``max``
+    across processes, they give TRL's ``clip_ratio/low_min`` and ``clip_ratio/high_max``)."""
+    tokens = stats[IDX["tokens"]].clamp(min=1.0)
+    return torch.stack([-stats[IDX["clip_low_tokens"]] / tokens, stats[IDX["clip_high_tokens"]] / tokens])
+
+
+def log_loss_stats(
+    metrics: dict[str, list], stats: torch.Tensor, extrema: torch.Tensor, kl: bool, guard: bool
+) -> None:
+    """Log a step's (or an eval batch's) reduced sums; ``extrema`` = ``[max s, max −s, max −low, max high]``."""
+    s = {name: float(stats[i]) for name, i in IDX.items()}
+    answers, tokens = max(s["answers"], 1.0), max(s["tokens"], 1.0)
+    metrics["clip_ratio/low_answers"].append(s["clip_low_answers"] / answers)
+    metrics["clip_ratio/high_answers"].append(s["clip_high_answers"] / answers)
+    metrics["clip_ratio/region_answers"].append((s["clip_low_answers"] + s["clip_high_answers"]) / answers)
+    metrics["clip_ratio/low_tokens"].append(s["clip_low_tokens"] / tokens)
+    metrics["clip_ratio/high_tokens"].append(s["clip_high_tokens"] / tokens)
+    metrics["clip_ratio/region_tokens"].append((s["clip_low_tokens"] + s["clip_high_tokens"]) / tokens)
+    # TRL's names for the same token-weighted fractions (its dashboards read these); min/max over processes
+    metrics["clip_ratio/low_mean"].append(s["clip_low_tokens"] / tokens)
+    metrics["clip_ratio/high_mean"].append(s["clip_high_tokens"] / tokens)
+    metrics["clip_ratio/region_mean"].append((s["clip_low_tokens"] + s["clip_high_tokens"]) / tokens)
+    metrics["clip_ratio/low_min"].append(-float(extrema[2]))
+    metrics["clip_ratio/high_max"].append(float(extrema[3]))
+    metrics["ratio/mean"].append(s["ratio_sum"] / answers)
+    if s["answers"] > 0:
+        metrics["ratio/max"].append(float(extrema[0]))
+        metrics["ratio/min"].append(-float(extrema[1]))
+    metrics["entropy"].append(s["entropy_sum"] / tokens)
+    if kl:
+        metrics["kl"].append(s["kl_sum"] / tokens)
+    if guard:
+        metrics["guard/trigger_fraction"].append(s["guard_answers"] / answers)

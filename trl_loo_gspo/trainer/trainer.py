@@ -1,0 +1,443 @@
+"""``LooGspoTrainer``: TRL's ``GRPOTrainer`` plus LOO-GSPO's flags (docs/method.md, docs/architecture.md).
+
+The math lives in :mod:`trl_loo_gspo.algorithms` (pure functions over tensors); which code computes the loss and the
+advantages is the :class:`~trl_loo_gspo.config.Objective` the config resolves to. This class overrides each TRL hook
+once, in the order one step's data flows, and delegates to components it owns (each with ``state_dict`` /
+``load_state_dict``, checkpointed together by :class:`RunStateCallback`):
+
+generate (``_generate``, ``_generate_single_turn``: :class:`DynamicSampler`) → rewards (``_calculate_rewards``:
+:class:`RewardChecks`, :class:`ProcessFeedback` signals) → advantages and filtering
+(``_generate_and_score_completions``: one :class:`RoundData` per round, passed explicitly) → loss (``_prepare_inputs``,
+``_compute_loss``: :class:`StepAccounting`, the loss and aggregation registries) → step end (``training_step``:
+the exact denominator's correction, :class:`EntropyFeedback`). The private TRL methods this relies on are listed in
+``docs/trl-compatibility.md``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from typing import Any
+
+import torch
+from accelerate.utils import is_peft_model
+from trl import GRPOConfig, GRPOTrainer
+
+from ..algorithms.advantages import ADVANTAGE_ESTIMATORS
+from ..algorithms.step_accounting import IDX, SUM_STATS, StepAccounting
+from ..config import LooGspoConfig, Objective
+from .budget import RolloutTokenBudget
+from .checks import NothingTrainedWarning, RewardChecks, check_dataset, check_launch, check_runtime_support
+from .entropy import EntropyFeedback
+from .forward import ForwardMixin
+from .generation import Generation
+from .launch import requested_engine
+from .loss import OwnLoss
+from .process import ProcessFeedback
+from .publishing import Publisher, merge_refusal
+from .reference_kl import ReferenceKL
+from .reporting import RegistrationToTrackers, SummaryTable
+from .rollout import DynamicSampler
+from .rows import Replay, RoundData, combined_rewards, loss_mask
+from .run_state import (
+    RunStateCallback,
+    load_round_in_flight,
+    save_round_in_flight,
+    saved_run_state,
+    upgrade_run_state,
+)
+from .step import (
+    TokenCounters,
+    log_loss_stats,
+    log_round,
+    log_totals,
+    rank_clip_fractions,
+    resample_sampling_metrics,
+)
+from .validation import ValidationCallback
+
+_GRPO_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
+
+
+def _default_args(model: Any) -> LooGspoConfig:
+    name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", None) or type(model).__name__
+    return LooGspoConfig(f"{str(name).rstrip('/').split('/')[-1]}-LooGspo")
+
+
+class LooGspoTrainer(ForwardMixin, GRPOTrainer):
+    """Drop-in replacement for ``trl.GRPOTrainer``: every ``GRPOConfig`` option works, and LOO-GSPO is what the flags
+    of :class:`LooGspoConfig` add (docs/method.md).
+
+    Same constructor as ``GRPOTrainer``; ``args`` must be a :class:`LooGspoConfig` (or ``None`` for defaults). With
+    ``LooGspoConfig``'s defaults:
+
+    * advantages come from the objective's estimator (leave-one-out), computed per prompt group from the gathered
+      rewards; unscorable answers (a reward function returned ``None``) get 0 and stay out of the baseline;
+    * the loss is ``ℓ_i = −min(s_i Â_i, clip(s_i, 1−ε_low, 1+ε_high) Â_i)`` with GSPO's geometric-mean ratio
+      ``s_i``, aggregated over ONE global count of valid completion tokens per optimizer step, exact for any
+      ``steps_per_generation`` / ``gradient_accumulation_steps`` and any number of ranks.
+
+    With a TRL ``loss_type`` (and TRL's advantages, its default then) TRL's own code computes both, and dynamic
+    sampling, verifiers, entropy feedback, the token budget, registration and the card work on top.
+    """
+
+    _tag_names = ["trl", "grpo", "trl-loo-gspo", "rlvr"]
+    _name = "LOO-GSPO"
+    _paper: dict[str, str] = {}  # no single paper: the card lists the four sources (records.card.SOURCES)
+    data_source: dict | None = None  # dataset name/revision/split, recorded at registration (set by the CLI)
+    _replay: Replay | None = None  # set while TRL passes over a batch dynamic sampling made (this module only)
+    _scored: list | None = None  # set while TRL's own pass scores a batch (this module only)
+    generation: Generation | None = None  # None only on a trainer built without __init__ (TRL's own tests do)
+
+    def __init__(self, model: Any, reward_funcs: Any = None, args: LooGspoConfig | None = None, *rest, **kwargs):
+        if args is None:
+            args = _default_args(model)
+        elif not isinstance(args, LooGspoConfig):
+            kind = "a trl.GRPOConfig" if isinstance(args, GRPOConfig) else f"a {type(args).__name__}"
+            raise TypeError(
+                f"LooGspoTrainer needs args=LooGspoConfig(...), got {kind}. LooGspoConfig subclasses GRPOConfig and "
+                "takes the same arguments: replace `GRPOConfig(` with `LooGspoConfig(` (from trl_loo_gspo)."
+            )
+        given = _GRPO_SIGNATURE.bind_partial(None, model, reward_funcs, args, *rest, **kwargs).arguments
+        # before the model is loaded; an environment may own the prompts (its reset() returns them), as TRL allows
+        prompts = given.get("environment_factory") is None
+        check_dataset(given.get("train_dataset"), "train_dataset", require_rows=True, require_prompt=prompts)
+        check_dataset(given.get("eval_dataset"), "eval_dataset", require_rows=False, require_prompt=prompts)
+        # before Trainer.__init__, which creates the Hub repository: a refused run leaves nothing on the Hub
+        lora = given.get("peft_config") is not None or (not isinstance(model, str) and is_peft_model(model))
+        refusal = merge_refusal(args.hub_merge_adapter, lora, requested_engine(os.environ, args) is not None)
+        if refusal is not None:
+            raise ValueError(refusal)
+        super().__init__(model, reward_funcs, args, *rest, **kwargs)
+        self._apply_objective(args.objective)
+        check_launch(self)
+        check_runtime_support(self)
+        self.checks = RewardChecks(self)
+        self.publisher = Publisher(self)
+        self.publisher.check_merge_support()
+        self.generation = Generation(self)
+        self.sampler = DynamicSampler(self, self.generation)
+        self.process_feedback = ProcessFeedback(args, list(self.reward_funcs), self.processing_class, self.accelerator)
+        self.reference_kl = ReferenceKL(args, self.beta, self.model, self.accelerator)
+        self.entropy_feedback = EntropyFeedback(args)
+        self.epsilon_high = self.objective.epsilon_high + self.entropy_feedback.k
+        self.counters = TokenCounters()
+        self.own_loss = OwnLoss(self)
+        self._accounting = StepAccounting(args.steps_per_generation, self.num_iterations, self.accelerator.device)
+        self._generation_time = 0.0  # cumulative seconds spent in generation + scoring
+        for callback in (NothingTrainedWarning(self), RolloutTokenBudget(self), RunStateCallback(self)):
+            self.add_callback(callback)
+        self.add_callback(RegistrationToTrackers(self))
+        if args.summary_table:
+            self.add_callback(SummaryTable(self))
+
+    def _apply_objective(self, objective: Objective) -> None:
+        """Resolve the objective once: TRL's ``__init__`` read the user's fields (``None`` = unset); the attributes
+        TRL's hooks read are set from the resolved objective, which the loss, the card and the logs read too."""
+        self.objective = objective
+        self.loss_type, self.scale_rewards = objective.loss_type, objective.scale_rewards
+        self.importance_sampling_level = objective.importance_sampling_level
+        self.epsilon_low, self.epsilon_high = objective.epsilon_low, objective.epsilon_high
+
+    # ------------------------------------------------------------------ generation (§3.1)
+    def _generate(self, prompts: list):
+        if self._replay is not None:  # TRL's pass over a batch dynamic sampling already made
+            return self.generation.replayed_generation(prompts, self._replay)
+        if self.generation is None:
+            return super()._generate(prompts)
+        return self.generation.generate_counted(prompts)
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
+        layout = None if self.generation is None else self.generation.round_layout
+        if layout is not None and num_generations == self.num_generations:
+            num_generations = layout  # a sampling round's main call (a tool loop's later calls pass 1)
+        return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
+
+    @property
+    def answers_per_prompt(self) -> int:
+        """Answers per prompt of the generation call in progress, for rollout functions and backends: each prompt
+        appears this many times in a row. ``num_generations``, except in a dynamic-sampling round: the probe size,
+        or 1 for continuations (one row per answer, prompts with different counts)."""
+        layout = None if self.generation is None else self.generation.round_layout
+        return self.num_generations if layout is None else layout
+
+    # ------------------------------------------------------------------ rewards (§2.1)
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if self._replay is not None:
+            return self._replay.round.rewards_per_func
+        rewards_per_func, signals = self._score(inputs, prompts, completions, completion_ids_list)
+        if self._scored is not None:  # TRL's own pass: the round data is built from these after it returns
+            self._scored.append((rewards_per_func, signals))
+        return rewards_per_func
+
+    def _score(self, inputs, prompts, completions, completion_ids_list) -> tuple[torch.Tensor, list | None]:
+        """TRL's reward call, checked: the gathered rewards (NaN = unscorable) and the §6 span entries of every
+        row of all ranks (``None`` when process feedback is off)."""
+        with self.checks.checked_reward_funcs():  # outputs checked, naming the function
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self.checks.check_rewards(rewards_per_func)
+        return rewards_per_func, self.process_feedback.collect_signals(len(completions))
+
+    # ------------------------------------------------------------------ advantages and filtering (§2.2, §3.1, §6)
+    def _generate_and_score_completions(self, inputs):
+        start = time.perf_counter()
+        mode = "train" if self.model.training else "eval"
+        if mode == "train" and self.args.dynamic_sampling:
+            final_inputs, replay = self.sampler.sample(inputs)  # the rounds: generated and scored once
+            self.generation.replay_extra_logs(replay)
+            self._replay = replay
+            try:
+                with self._forward_rows(skip=replay.local_padding):  # no old/reference pass for padding rows
+                    output = super()._generate_and_score_completions(final_inputs)
+            finally:
+                self._replay = None
+            self.generation.mark_padding(output, replay)
+            round_data = replay.round
+            if bool(round_data.padding.any()) and self.use_vllm and self.vllm_importance_sampling_correction:
+                sequence_level = self.vllm_importance_sampling_mode in ("sequence_mask", "sequence_truncate")
+                resample_sampling_metrics(self._metrics[mode], output, sequence_level, self.accelerator.gather)
+        else:
+            self._scored = []
+            try:
+                output = super()._generate_and_score_completions(inputs)
+                rewards_per_func, signals = self._scored[-1]
+            finally:
+                self._scored = None
+            k = self.num_generations if mode == "train" else self.num_generations_eval
+            round_data = RoundData.plain(rewards_per_func, k, signals)
+        rewards = combined_rewards(round_data.rewards_per_func, self.reward_weights)
+        group_ids = round_data.group_ids.to(self.accelerator.device)
+        local_rows = output["prompt_ids"].size(0)
+        first = self.accelerator.process_index * local_rows  # this rank's rows, as TRL slices them
+        output["group_ids"] = group_ids[first : first + local_rows]  # travels with the batch
+        if self.objective.trl_advantages:
+            all_advantages = self.accelerator.gather(output["advantages"])  # TRL's, for the round metrics
+        else:
+            # §2.2 advantages over the gathered rewards and per-row group ids (stop-gradient)
+            all_advantages = ADVANTAGE_ESTIMATORS[self.objective.advantage_estimator](rewards, group_ids)
+            output["advantages"] = all_advantages[first : first + local_rows].to(output["advantages"].dtype)
+            logged = self._logs["advantages"]  # a bounded deque: replace the entries TRL just appended
+            for _ in range(min(all_advantages.numel(), len(logged))):
+                logged.pop()
+            logged.extend(all_advantages.tolist())
+        metrics = self._metrics[mode]
+        self.process_feedback.token_advantages(output, rewards, round_data, metrics, mode == "train")  # §6
+        self._log_round(mode, output, round_data, rewards, all_advantages)
+        if mode == "train":
+            kl = self.reference_kl.measure(
+                output, self.state.global_step, self.model, self._get_per_token_logps_and_entropies
+            )
+            if kl is not None:
+                metrics["kl"].append(kl)
+        elapsed = time.perf_counter() - start
+        self._generation_time += elapsed
+        metrics["timing/generate_score_s"].append(elapsed)
+        return output
+
+    def _log_round(self, mode, output, round_data: RoundData, rewards, all_advantages) -> None:
+        """The round's metrics (one all-reduce for the token counts) and, in training, the run's token totals."""
+        mask = loss_mask(output)
+        local = [
+            self.generation.take_generated_tokens(),
+            (mask.sum(-1) * (output["advantages"] != 0)).sum(),
+            mask.sum(),
+        ]
+        counts = torch.tensor([float(v) for v in local], dtype=torch.float64, device=mask.device)
+        tokens = tuple(self.accelerator.reduce(counts, reduction="sum").tolist())
+        metrics = self._metrics[mode]
+        variable = self.args.adaptive_group_size and mode == "train"
+        log_round(metrics, round_data, rewards, all_advantages, tokens, self.args.signal_tolerance, variable)
+        if mode == "train":
+            self.counters.generated += int(tokens[0])
+            self.counters.effective += int(tokens[1])
+            log_totals(metrics, self.counters)
+
+    # ------------------------------------------------------------------ optimizer steps (§3.3)
+    def _count_column(self) -> int | None:
+        """Column of the slice counts ``[tokens, answers]`` that is our loss's denominator; ``None`` for TRL's loss."""
+        count = self.objective.denominator_count
+        return None if count is None else (0 if count == "tokens" else 1)
+
+    def _prepare_inputs(self, generation_batch):
+        if not self.model.training:
+            return super()._prepare_inputs(generation_batch)
+        previous = self._buffered_inputs
+        inputs = super()._prepare_inputs(generation_batch)
+        column = self._count_column()
+        if column is not None and self._buffered_inputs is not previous:  # a new generation round was buffered
+            self._count_round()
+        if self._accounting.micro == 0:
+            self._accounting.begin(self._step, self.current_gradient_accumulation_steps, column)
+        return inputs
+
+    def _count_round(self) -> None:
+        """The global ``[tokens, answers]`` of each slice of the buffered round (one all-reduce)."""
+        masks = [loss_mask(batch) for batch in self._buffered_inputs]
+        local = torch.stack([torch.stack([m.sum(), (m.sum(-1) > 0).sum()]).to(torch.float64) for m in masks])
+        self._accounting.slice_counts = self.accelerator.reduce(local, reduction="sum")
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        generation_before = self._generation_time
+        start = time.perf_counter()
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self._accounting.update_time += time.perf_counter() - start - (self._generation_time - generation_before)
+        self._accounting.add_loss(loss)
+        if self.accelerator.sync_gradients:
+            loss = self._finish_optimizer_step(model, loss)
+        return loss
+
+    def _finish_optimizer_step(self, model, loss: torch.Tensor) -> torch.Tensor:
+        """Close an optimizer step: the exact correction if needed, then the step's metrics (two all-reduces)."""
+        step = self._accounting
+        stats = self.accelerator.reduce(step.stats, reduction="sum")
+        metrics = self._metrics["train"]
+        column = self._count_column()
+        if column is not None:
+            local = torch.cat([step.extrema, rank_clip_fractions(step.stats)])
+            extrema = self.accelerator.reduce(local, reduction="max")
+            true_denominator = max(float(stats[IDX["tokens" if column == 0 else "answers"]]), 1.0)
+            factor = step.correction(true_denominator)
+            if factor != 1.0:  # only when the step spanned generation rounds
+                # §3.3 exact denominator: rescale the gradients (linear) before clipping
+                for param in model.parameters():
+                    if param.grad is not None:
+                        param.grad.mul_(factor)
+                # The Trainer adds each micro-batch's returned loss to its running total: correct the step's sum.
+                loss = loss + (factor - 1.0) * step.loss_sum
+            log_loss_stats(metrics, stats, extrema, self.beta != 0.0, self.objective.log_ratio_clamp is not None)
+            metrics["tokens/loss_denominator"].append(true_denominator)
+        if self.entropy_feedback.on:  # §5.1: the next step's ε_high
+            entropy = float(stats[IDX["entropy_sum"]]) / max(float(stats[IDX["tokens"]]), 1.0)
+            for name, value in self.entropy_feedback.update(entropy).items():
+                metrics[name].append(value)
+            self.epsilon_high = self.objective.epsilon_high + self.entropy_feedback.k
+            metrics["entropy_feedback/epsilon_high"].append(self.epsilon_high)
+        metrics["timing/update_s"].append(step.update_time)
+        step.end()
+        return loss
+
+    # ------------------------------------------------------------------ loss (§3.2, §3.3)
+    def _compute_loss(self, model, inputs):
+        with self._forward_rows(skip=inputs.get("padding_rows")):  # padding rows get no forward pass
+            return self.own_loss(model, inputs) if self.objective.uses_own_loss else self._trl_loss(model, inputs)
+
+    def _trl_loss(self, model, inputs):
+        """TRL computes the loss (``super()._compute_loss``); with entropy feedback, the step's token entropy sums
+        are kept from the entropies TRL computes anyway."""
+        captured = [] if self.model.training and self.entropy_feedback.on else None
+        with self._forward_rows(skip=inputs.get("padding_rows"), entropies=captured):
+            loss = super()._compute_loss(model, inputs)
+        if captured:
+            mask = loss_mask(inputs).to(torch.float64)
+            stats = torch.zeros(len(SUM_STATS), dtype=torch.float64, device=mask.device)
+            stats[IDX["tokens"]] = mask.sum()
+            stats[IDX["entropy_sum"]] = (captured[-1].to(torch.float64) * mask).sum()
+            self._accounting.add(stats)
+        return loss
+
+    # ------------------------------------------------------------------ run state (checkpoints)
+    def components(self) -> dict[str, Any]:
+        """Every part with state a resumed run needs, by name (each has ``state_dict`` / ``load_state_dict``)."""
+        parts = {
+            "counters": self.counters,
+            "sampler": self.sampler,
+            "entropy_feedback": self.entropy_feedback,
+            "reference_kl": self.reference_kl,
+            "process_feedback": self.process_feedback,
+        }
+        validation = [cb for cb in self.callback_handler.callbacks if isinstance(cb, ValidationCallback)]
+        parts.update({f"validation_{i}": callback for i, callback in enumerate(validation)})
+        return parts
+
+    def run_state(self) -> dict[str, Any]:
+        """The extra state a resumed run needs (saved by :class:`RunStateCallback` in ``trainer_state.json``)."""
+        return {name: part.state_dict() for name, part in self.components().items()}
+
+    def load_run_state(self, state: dict[str, Any]) -> None:
+        state = upgrade_run_state(state)
+        for name, part in self.components().items():
+            if state.get(name) is not None:
+                part.load_state_dict(state[name])
+        self.epsilon_high = self.objective.epsilon_high + self.entropy_feedback.k
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        # Runs after Trainer loaded trainer_state.json (and, if asked, rebuilt the callbacks from it).
+        super()._load_optimizer_and_scheduler(checkpoint)
+        for callback in self.callback_handler.callbacks:
+            if isinstance(callback, RunStateCallback):
+                callback.trainer = self
+        if checkpoint is not None:
+            saved = saved_run_state(self.state.stateful_callbacks, checkpoint)
+            if saved is not None:
+                self.load_run_state(saved)
+            in_flight = load_round_in_flight(checkpoint, self.accelerator.process_index, self.accelerator.device)
+            if in_flight is not None:  # the checkpoint fell inside a round: continue it, not a regenerated one
+                self._step, self._buffered_inputs = in_flight
+                if self._count_column() is not None:
+                    self._count_round()
+
+    def _save_optimizer_and_scheduler(self, output_dir):
+        super()._save_optimizer_and_scheduler(output_dir)  # every process, before the checkpoint is pushed or rotated
+        per_round = self.args.steps_per_generation * self.num_iterations
+        save_round_in_flight(output_dir, self.accelerator.process_index, self._step, self._buffered_inputs, per_round)
+
+    # ------------------------------------------------------------------ registration, card, Hub (method §2)
+    def train(self, *args, **kwargs):
+        if self.args.register_experiment:
+            self.register_experiment()
+        return super().train(*args, **kwargs)
+
+    def register_experiment(self) -> dict | None:
+        """Refuse overlapping splits, then write ``experiment.json`` and return the record (:class:`Publisher`)."""
+        return self.publisher.register_experiment()
+
+    def create_model_card(self, *args, **kwargs) -> None:
+        super().create_model_card(*args, **kwargs)
+        validation = [cb for cb in self.callback_handler.callbacks if isinstance(cb, ValidationCallback)]
+        self.publisher.append_card_sections(validation[0].history if validation else [])
+
+    def push_to_hub(self, *args, **kwargs):
+        """``Trainer.push_to_hub``; with ``hub_merge_adapter`` the LoRA adapter is merged into the base weights first
+        (the adapter is kept in ``adapter/``) and adapter files left at the repository root are deleted, so a merged
+        push always waits for its upload."""
+        self.publisher.merge_for_push = self.args.hub_merge_adapter
+        try:
+            result = super().push_to_hub(*args, **kwargs)
+        finally:
+            self.publisher.merge_for_push = False
+        if self.args.hub_merge_adapter and self.is_world_process_zero():
+            if hasattr(result, "result"):  # blocking=False: a future of the upload
+                result = result.result()
+            self.publisher.delete_root_adapter()
+        return result
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        super().save_model(output_dir, _internal_call)
+        if self.publisher.merge_for_push and self.args.should_save:
+            self.publisher.save_merged(output_dir or self.args.output_dir)
+
+    # ------------------------------------------------------------------ read-only views of the components
+    @property
+    def experiment_record(self) -> dict | None:
+        return self.publisher.experiment_record
+
+    @property
+    def generated_tokens_total(self) -> int:
+        return self.counters.generated
+
+    @property
+    def effective_tokens_total(self) -> int:
+        return self.counters.effective
+
+    @property
+    def sampling_counters(self) -> dict[str, int]:
+        return self.sampler.sampling_counters
+
+    @property
+    def filtered_registry(self) -> dict[int, dict]:
+        return self.sampler.filtered_registry
+
+    def nothing_trained(self) -> str | None:
+        """Why this run moved the policy on no answer, or ``None`` when some answer carried a weight."""
+        return self.checks.nothing_trained(self.counters.effective, self.sampler.sampling_counters["padded_rows"])

@@ -1,0 +1,384 @@
+"""Sandboxed code execution verifier (method §2.1: code runs unit tests in a sandbox).
+
+Columns:
+
+* ``tests``: a list of Python statements, usually ``assert``s, run one by one after the program;
+* ``io_cases``: a list of ``{"input": str, "output": str}``: the program runs once per case with ``input`` on stdin
+  and its stdout must equal ``output`` after stripping trailing whitespace on every line and at the end.
+
+The program is the **last** fenced ``python`` block of the completion (plain fences if there is no ``python``
+one), or the whole completion if it has no fence. Execution only ever happens in :mod:`trl_loo_gspo.sandbox`.
+
+Scoring and anomalies (method §5.2)
+---------------------------------
+* every check passes → ``1.0`` (``"pass"``); otherwise ``0.0`` (``"fail"``), or the fraction passed with
+  ``partial_credit=True`` (``"partial"``);
+* no code could be extracted (empty completion or fence) → ``0.0``, ``"fail"``, anomaly ``"parse_failure"``: the
+  model's fault, so it is scored, and the anomaly is counted so that a broken prompt format shows up in the logs;
+* the code does not compile → ``0.0``, ``"fail"``, ``details["compiles"] = False``, nothing is run;
+* the program ran out of wall time or CPU → ``0.0``, ``"fail"``, anomaly ``"timeout"`` (a slow program is a
+  fail, not unscorable);
+* the sandbox could not start, refused to drop privileges, or did not reach the point where it runs the program
+  within the wall timeout (the harness itself timed out: overloaded host) → ``None``, ``"unscorable"``, anomaly
+  ``"sandbox_failure"`` (or ``"timeout"`` for the latter): never a silent 0.
+
+How a test is decided (expected values never enter the sandbox)
+------------------------------------------------------------------
+Each test is split on the host by :mod:`.assert_split`: the sandbox evaluates only the calls of each assert (the
+program's inputs are visible to it, the expected values are not) and returns their results as plain data
+(:mod:`.plain_data`: exact builtin types; an object of any other class fails); the verdict is computed on the host
+by :func:`.assert_split.judge`. Each test runs in a fresh child forked from the trusted runner
+(:mod:`~trl_loo_gspo.sandbox.runner`), which never runs model code, is not dumpable, and forwards the child's reports
+on a channel the child cannot reach; :mod:`.entry_judge` treats every report as untrusted (malformed → fail, a split
+assert reported twice → ``tampered``, missing → ``not run``). So ``unittest.mock.ANY``, objects with a lying
+``__eq__``, builtin subclasses, patched builtins, frame walks to the harness and forged result lines all fail.
+
+What cannot be split — an assert whose verdict needs a value only the sandbox can compute (a helper of the test or
+the program, a library call, a value computed in a loop) — runs in the sandbox as an ordinary ``assert``, in the
+program's process: such tests are marked in ``details["checks"][i]["mode"]`` (``"mixed"``, ``"in_sandbox"``) and
+``asserts_in_sandbox``, and :meth:`CodeVerifier.hack_score` is their defence. io_cases were always decided on the
+host (stdout is plain data).
+
+Span signals (``emit_spans=True``, method §6)
+-------------------------------------------
+Spans are character offsets into the completion text that :meth:`CodeVerifier.verify` receives. They reuse the
+scoring run (no extra sandbox run) and never change the score.
+
+* ``code_block`` (key ``"code_block"``): the extracted code (:func:`code_bounds`). Value 1.0 if it compiles, else
+  0.0. ``meta``: ``tests_passed``/``tests_total`` and, with ``io_cases``, ``io_passed``/``io_total``/
+  ``io_fraction``/``io_skipped`` (io cases skipped after a failure in all-or-nothing mode count as not passed).
+* ``function`` (key ``"function:<name>"``, or ``"function:<Class>.<name>"`` for a method of a top-level class):
+  the function's source, with its decorators and a comment ending its last line; only the last top-level
+  definition of a name counts (the one the tests call); nested functions belong to their enclosing function.
+  A test *targets* a top-level function when its source reads the function's name (an ``ast.Name`` the test does
+  not bind at its own top level, so HumanEval's ``def check(candidate): ...`` + ``check(entry_point)`` targets the
+  entry point); it targets a method when it reads the class's name and uses the method's name as an attribute
+  (``Solution().two_sum(...)``). Value = the fraction of the targeted tests that passed, where a test passed iff
+  the runner reported exactly one ``PASS`` record with the run's nonce for it (its check's ``reason ==
+  "passed"``), whether or not the ``DONE`` record came: the partial-credit notion, also in all-or-nothing mode
+  (where ``checks[i]["passed"]`` also needs ``DONE``); tests not run (crash, timeout, early exit) count as failed.
+  A function no test targets gets **no** span (no signal is not a zero signal); ``io_cases`` target no function.
+  When the code does not compile there is no AST: the ``code_block`` span (0.0) and no function span. When the
+  run was unscorable: the ``code_block`` span only. No code at all: ``spans == []``.
+* The text outside the code block (prose, other fences) gets no span: the absence of a span is what tells the
+  code block from the surrounding text.
+
+Hack detectors on spans: a flagged span has value 0.0. The ``code_block`` span carries the :meth:`hack_score`
+signals of the whole program (``harness``, ``early_exit``, ``always_equal``, ``file_access``,
+``hardcoded_output``; docstrings are ignored here) plus ``tampered`` when a test had two result records. A
+``function`` span carries the signals found in its own source (with ``early_exit`` also for exit calls inside it),
+the signals of the module-level code outside functions and classes (it runs before every test), ``harness`` and
+``always_equal`` found anywhere (they fool every in-process assert), ``tampered`` when one of its targeted tests had
+two result records, and ``hardcoded`` when every ``name(<literals>) == <literal>`` assertion among its passed tests
+is answered by special-casing that input (an ``if``/conditional expression comparing to the literal argument(s)
+that returns the literal expected value, or a dict literal mapping them to it). The last can misfire on a correct
+function whose passed tests are all base cases it handles explicitly (e.g. ``fib(0)``, ``fib(1)`` only).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ...sandbox.bubblewrap import Sandbox, SandboxLimits, SandboxRun
+from ..base import Verifier, VerifierResult
+from ..text import iter_fences
+from .assert_split import split_test
+from .entry_judge import channel_records, judge_entry
+from .entry_judge import parse_entry as _parse_entry
+from .hacks import encoding_cookie, normalize_output, program_signals
+from .spans import code_spans
+
+_EXCERPT = 2000
+
+
+def extract_code(completion: str) -> str:
+    """The last ```python fenced block; else the last plain ``` block; else the whole completion (stripped).
+
+    Blocks in other languages (e.g. ```text) are ignored when choosing a fence; an unterminated last fence takes
+    the rest of the text.
+    """
+    start, end = code_bounds(completion)
+    return completion[start:end]
+
+
+def code_bounds(completion: str) -> tuple[int, int]:
+    """Where :func:`extract_code`'s code lies in ``completion``: ``completion[start:end] == extract_code(completion)``.
+
+    ``(0, 0)`` when there is no Python to take (only other-language fences).
+    """
+    python = plain = None
+    any_block = False
+    for fence in iter_fences(completion):  # linear time (verifiers/text.py); only the last of each kind matters
+        any_block = True
+        lang = fence.lang.lower()
+        if lang in ("python", "py", "python3"):
+            python = fence
+        elif not lang:
+            plain = fence
+    if python is not None or plain is not None:
+        chosen = python if python is not None else plain
+        return _strip_newlines(completion, chosen.start, chosen.end)
+    if any_block:  # only other-language fences: nothing that looks like Python
+        return 0, 0
+    tail = _unterminated_python(completion)
+    if tail is not None:
+        return _strip_newlines(completion, tail, len(completion))
+    return _strip_newlines(completion, 0, len(completion))
+
+
+#: An unterminated Python fence's header. The blanks are matched atomically (a lookahead capture, then the same text
+#: as a backreference: Python < 3.11 has no possessive quantifiers) — the plain ``[ \t]*`` version backtracked
+#: quadratically on a long run of blanks; fewer blanks can never help here, so the matches are the same.
+_TAIL_FENCE = re.compile(r"```(?=([ \t]*))\1(?:python3?|py)?(?=([ \t]*))\2\n")
+
+
+def _unterminated_python(text: str) -> int | None:
+    """Where the first ```` ``` ````, ```` ```py ````, ```` ```python ```` or ```` ```python3 ```` fence line ends
+    (blanks allowed around the tag): the content start of an unterminated fence, else ``None`` (linear time)."""
+    match = _TAIL_FENCE.search(text)
+    return match.end() if match else None
+
+
+def _strip_newlines(text: str, start: int, end: int) -> tuple[int, int]:
+    """The bounds of ``text[start:end].strip("\\n")``."""
+    while start < end and text[start] == "\n":
+        start += 1
+    while end > start and text[end - 1] == "\n":
+        end -= 1
+    return start, end
+
+
+def _excerpt(data: bytes) -> str:
+    text = data.decode("utf-8", "replace")
+    return text if len(text) <= _EXCERPT else text[:_EXCERPT] + f"... [{len(text) - _EXCERPT} more chars]"
+
+
+class CodeVerifier(Verifier):
+    """Runs the completion's program against ``tests`` (asserts) and/or ``io_cases`` in a bubblewrap sandbox.
+
+    Args:
+        partial_credit: score the fraction of checks passed instead of all-or-nothing.
+        limits: sandbox resource limits (:class:`~trl_loo_gspo.sandbox.SandboxLimits`);
+            or pass ``timeout_s`` etc. directly.
+        timeout_s: wall-clock limit per run (one run for all asserts, one per io case).
+        max_workers: parallel sandboxes in :meth:`verify_batch` (default ``2 × os.cpu_count()``: most of a
+            sandbox's start-up cost — creating and tearing down its PID and network namespaces — is waiting, not
+            CPU, so a pool larger than the core count hides it; measured in ``benchmarks/verifier_throughput.py``).
+        allow_unsandboxed: run without bwrap (rlimits + timeout only, loud warning) when it is missing; otherwise a
+            missing bwrap raises ``RuntimeError``.
+        use_bwrap: ``False`` forces the unsandboxed mode (benchmarks only).
+        emit_spans: also fill ``VerifierResult.spans`` with the process signals described in the module docstring
+            ("Span signals"); they come from the same sandbox run and never change the score.
+    """
+
+    name = "code"
+    version = "1.0"
+
+    def __init__(
+        self,
+        *,
+        partial_credit: bool = False,
+        limits: SandboxLimits | None = None,
+        timeout_s: float | None = None,
+        max_workers: int | None = None,
+        allow_unsandboxed: bool = False,
+        use_bwrap: bool = True,
+        emit_spans: bool = False,
+    ) -> None:
+        super().__init__()
+        self.emit_spans = emit_spans
+        limits = limits or SandboxLimits()
+        if timeout_s is not None:
+            limits.wall_timeout_s = timeout_s
+            limits.cpu_time_s = max(1, min(limits.cpu_time_s, int(timeout_s + 0.999)))
+        self.partial_credit = partial_credit
+        self.max_workers = max_workers or 2 * (os.cpu_count() or 1)
+        self.sandbox = Sandbox(
+            limits, allow_unsandboxed=allow_unsandboxed, use_bwrap=use_bwrap, slots=max(self.max_workers, 1)
+        )
+        self._pool: ThreadPoolExecutor | None = None
+
+    # -- contract --------------------------------------------------------------------------------------------
+
+    def verify_batch(self, completions: list[str], columns: list[dict[str, Any]]) -> list[VerifierResult]:
+        """Score a batch on a bounded thread pool (each worker drives one sandbox process)."""
+        if len(completions) != len(columns):
+            raise ValueError("completions and columns differ in length")
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="code-verifier")
+        return list(
+            self._pool.map(lambda args: self.safe_verify(args[0], **args[1]), zip(completions, columns, strict=True))
+        )
+
+    def verify(self, completion: str, **columns: Any) -> VerifierResult:
+        """Score one completion against ``tests`` and/or ``io_cases`` (and fill ``spans`` when ``emit_spans``)."""
+        tests = [str(t) for t in columns.get("tests") or []]
+        io_cases = list(columns.get("io_cases") or [])
+        if not tests and not io_cases:
+            raise ValueError("CodeVerifier needs a non-empty 'tests' or 'io_cases' column")
+        start, end = code_bounds(completion)
+        result = self._verify_code(completion[start:end], tests, io_cases)
+        if self.emit_spans:
+            try:
+                result.spans = code_spans(completion[start:end], start, result.details, tests, io_cases)
+            except Exception as err:  # spans are extra: a bug in them must never change the score
+                result.details["spans_error"] = f"{type(err).__name__}: {err}"
+        return result
+
+    def _verify_code(self, code: str, tests: list[str], io_cases: list[dict[str, Any]]) -> VerifierResult:
+        details: dict[str, Any] = {"code_chars": len(code), "sandboxed": self.sandbox.sandboxed}
+        if not code.strip():
+            details["compiles"] = False
+            return VerifierResult(0.0, "fail", "parse_failure", {**details, "error": "no code in the completion"})
+        cookie = encoding_cookie(code)
+        if cookie is not None:  # the interpreter would decode the file differently from what the host analysed
+            details.update(compiles=False, rule="encoding_cookie", error=f"non-UTF-8 coding declaration {cookie!r}")
+            return VerifierResult(0.0, "fail", None, details)
+        try:
+            compile(code, "main.py", "exec")
+            details["compiles"] = True
+        except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError) as err:
+            # the program's own fault (e.g. an expression too deep or too large to compile): a fail, never None
+            details.update(compiles=False, error=f"{type(err).__name__}: {str(err)[:500]}")
+            return VerifierResult(0.0, "fail", None, details)
+
+        checks: list[dict[str, Any]] = []
+        anomaly: str | None = None
+        if tests:
+            outcome = self._run_tests(code, tests)
+            if isinstance(outcome, VerifierResult):
+                outcome.details = {**details, **outcome.details}
+                return outcome
+            test_checks, run_info = outcome
+            checks += test_checks
+            details["tests_run"] = run_info
+            if run_info.get("limit_hit") in ("wall_timeout", "cpu") or any(c["reason"] == "cpu" for c in test_checks):
+                anomaly = "timeout"  # the whole run, or one test's child, ran out of time
+        if io_cases:
+            details["io_runs"] = []
+            for i, case in enumerate(io_cases):
+                if not self.partial_credit and any(not c["passed"] for c in checks):
+                    checks.append({"kind": "io", "index": i, "passed": False, "reason": "skipped"})
+                    continue
+                outcome = self._run_io(code, case, i)
+                if isinstance(outcome, VerifierResult):
+                    outcome.details = {**details, **outcome.details}
+                    return outcome
+                check, run_info = outcome
+                checks.append(check)
+                details["io_runs"].append(run_info)
+                if run_info.get("limit_hit") in ("wall_timeout", "cpu"):
+                    anomaly = "timeout"
+        details["checks"] = checks
+        passed = sum(c["passed"] for c in checks)
+        details["passed"], details["total"] = passed, len(checks)
+        if passed == len(checks):
+            return VerifierResult(1.0, "pass", anomaly, details)
+        if self.partial_credit:
+            return VerifierResult(passed / len(checks), "partial" if passed else "fail", anomaly, details)
+        return VerifierResult(0.0, "fail", anomaly, details)
+
+    # -- runs ------------------------------------------------------------------------------------------------
+
+    def _run(self, config: dict[str, Any]) -> tuple[SandboxRun, list[list[str]], dict[str, Any]] | VerifierResult:
+        nonce = os.urandom(16).hex()
+        run = self.sandbox.run({**config, "nonce": nonce})
+        info: dict[str, Any] = {
+            "exit_status": run.returncode,
+            "limit_hit": run.limit_hit,
+            "wall_s": round(run.wall_s, 3),
+            "stdout_excerpt": _excerpt(run.stdout),
+            "stderr_excerpt": _excerpt(run.stderr),
+        }
+        if run.error is not None:
+            return VerifierResult(None, "unscorable", "sandbox_failure", {"sandbox_error": run.error, **info})
+        records = channel_records(run.channel, nonce)
+        if not any(r and r[0] == "READY" for r in records):
+            if run.timed_out:  # the harness never got to run the program in time: not the model's fault
+                return VerifierResult(
+                    None, "unscorable", "timeout", {"error": "sandbox did not start in time", **info}
+                )
+            errors = [" ".join(r) for r in records if r and r[0] == "ERROR"]
+            why = errors[0] if errors else (run.stderr.decode("utf-8", "replace").strip()[-500:] or "no READY record")
+            return VerifierResult(None, "unscorable", "sandbox_failure", {"sandbox_error": why, **info})
+        return run, records, info
+
+    def _run_tests(self, code: str, tests: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]] | VerifierResult:
+        plans = [split_test(t, code) for t in tests]
+        config = {"mode": "tests", "program": code, "tests": [p.sandbox_source for p in plans]}
+        outcome = self._run({**config, "entry_bytes": self.sandbox.limits.output_bytes})
+        if isinstance(outcome, VerifierResult):
+            return outcome
+        run, records, info = outcome
+        done = any(r[0] == "DONE" and r[1:2] == [str(len(tests))] for r in records)
+        entries: dict[int, list[tuple[int, list[Any]]]] = {}
+        for r in records:
+            if r[0] == "ENTRY" and len(r) == 4 and r[1].isdigit():
+                entries.setdefault(int(r[1]), []).append(_parse_entry(r[2], r[3]))
+        tampered = sorted(i for i, v in entries.items() if len(v) > 1)
+        checks = []
+        program_error = None
+        for i, plan in enumerate(plans):
+            got = entries.get(i, [])
+            if len(got) == 1:
+                passed, reason, error = judge_entry(plan, *got[0])
+                program_error = program_error or error
+            else:
+                passed, reason = False, ("tampered" if got else "not run")
+            # all-or-nothing needs the DONE record; partial credit keeps the tests that passed before a crash
+            passed = passed and (done or self.partial_credit) and i not in tampered
+            check = {"kind": "test", "index": i, "passed": passed, "reason": reason, "mode": plan.mode}
+            if plan.weak_asserts:
+                check["asserts_in_sandbox"] = plan.weak_asserts
+            checks.append(check)
+        info.update(program_error=program_error, completed=done, tampered=tampered)
+        info["verification"] = sorted({p.mode for p in plans})
+        if program_error is None and not done and not run.limit_hit:
+            info["error"] = "the program ended the harness before the tests finished (exit/_exit/kill)"
+        return checks, info
+
+    def _run_io(
+        self, code: str, case: dict[str, Any], index: int
+    ) -> tuple[dict[str, Any], dict[str, Any]] | VerifierResult:
+        outcome = self._run({"mode": "io", "program": code, "stdin": str(case.get("input", ""))})
+        if isinstance(outcome, VerifierResult):
+            return outcome
+        run, _, info = outcome
+        got = normalize_output(run.stdout.decode("utf-8", "replace"))
+        want = normalize_output(str(case.get("output", "")))
+        if run.limit_hit:
+            passed, reason = False, run.limit_hit
+        elif run.returncode != 0:
+            passed, reason = False, f"exit status {run.returncode}"
+        else:
+            passed = got == want
+            reason = "passed" if passed else "wrong output"
+        return {"kind": "io", "index": index, "passed": passed, "reason": reason}, info
+
+    # -- reward-hacking detector -----------------------------------------------------------------------------
+
+    def hack_score(self, completion: str, **columns: Any) -> float:
+        """A cheap static detector of reward hacking for P_hack (method §2.1), in [0, 1]; never raises.
+
+        Each distinct *kind* of signal found in the extracted program adds 0.5 (capped at 1): ``harness``
+        (tampering with builtins/sys/os/imported modules, audit hooks, ctypes, ...), ``frame_access`` (frames,
+        tracebacks, ``gc``, ``sys.modules``, ``globals()`` mutation), ``mock_any`` (``unittest.mock.ANY`` and
+        friends), ``always_equal`` (a comparison dunder whose answer does not depend on the other operand, or any
+        comparison override on a subclass of a builtin value type), ``builtin_shadowing`` (a module-level binding of
+        a builtin name that a test reads), ``dynamic_code`` (``exec``/``compile``/``__import__`` of computed text),
+        ``encoding_cookie`` (a coding declaration that changes the text), ``early_exit``, ``file_access``,
+        ``hardcoded_output`` (an expected io output as a literal), ``unanalysable`` (the analysis failed). The
+        signals are listed in :mod:`.hacks`; a clean program scores 0.0. Completions longer than
+        :attr:`max_completion_chars` are not analysed and get 1.0 (their reward is 0, ``oversize``; were it 0.0 here,
+        padding a hacked answer past the cap would dodge the penalty).
+        """
+        if self.is_oversize(completion):  # not read; 1.0 so that padding a hack past the cap cannot dodge P_hack
+            return 1.0
+        code = extract_code(completion)
+        if not code.strip():
+            return 0.0
+        signals = program_signals(code, columns.get("tests"), columns.get("io_cases"))
+        return min(1.0, 0.5 * len(signals))
