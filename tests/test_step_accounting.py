@@ -3,6 +3,7 @@
 import itertools
 import json
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -74,3 +75,34 @@ def test_run_state_comes_back_from_trainer_state_or_the_legacy_file(tmp_path):
     (tmp_path / LEGACY_STATE_FILE).write_text(json.dumps({"generated_tokens_total": 3}))
     assert saved_run_state({}, str(tmp_path)) == {"generated_tokens_total": 3}
     assert RunStateCallback().state() == {"args": {}, "attributes": {"snapshot": {}}}  # rebuilt by Trainer: no data
+
+
+def test_a_run_state_saved_by_release_0_1_loads_into_the_components():
+    """0.1 saved one flat dict; today each component has its own entry (trainer.load_run_state upgrades it)."""
+    from trl_loo_gspo.trainer.entropy import EntropyFeedback
+    from trl_loo_gspo.trainer.reference_kl import ReferenceKL
+    from trl_loo_gspo.trainer.run_state import upgrade_run_state
+    from trl_loo_gspo.trainer.step import TokenCounters
+
+    flat = {
+        "generated_tokens_total": 120,
+        "effective_tokens_total": 80,
+        "sampling_counters": {"rounds": 3},
+        "refill_sampler": None,
+        "filtered_registry": {"7": {"step": 2, "pass_rate": 1.0, "outcome": "all_correct"}},
+        "entropy_feedback": {"state": {"k": 1e-4, "entropy": 2.5}, "target": 2.5, "calibration": [2.4, 2.6]},
+        "kl_due_step": 15,
+    }
+    state = upgrade_run_state(json.loads(json.dumps(flat)))
+    counters = TokenCounters()
+    counters.load_state_dict(state["counters"])
+    assert (counters.generated, counters.effective) == (120, 80)
+    assert state["sampler"]["sampling_counters"] == {"rounds": 3} and "7" in state["sampler"]["filtered_registry"]
+    args = SimpleNamespace(entropy_feedback=True, entropy_k_init=0.0, entropy_feedback_target=None)
+    feedback = EntropyFeedback(args)
+    feedback.load_state_dict(state["entropy_feedback"])
+    assert (feedback.k, feedback.target, feedback.calibration) == (1e-4, 2.5, [2.4, 2.6])
+    kl = object.__new__(ReferenceKL)
+    kl.load_state_dict(state["reference_kl"])
+    assert kl.due_step == 15
+    assert upgrade_run_state(state) is state  # today's layout comes back unchanged

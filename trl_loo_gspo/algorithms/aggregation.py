@@ -13,6 +13,13 @@ from dataclasses import dataclass
 import torch
 
 
+def _at_least_one(denominator: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor | float:
+    """A count used as a denominator, never below 1 (an empty step divides by 1, not 0)."""
+    if isinstance(denominator, torch.Tensor):
+        return denominator.to(dtype).clamp(min=1.0)
+    return max(float(denominator), 1.0)
+
+
 def token_total_aggregate(
     losses: torch.Tensor, lengths: torch.Tensor, total_tokens: torch.Tensor | float | None = None
 ) -> torch.Tensor:
@@ -23,11 +30,7 @@ def token_total_aggregate(
     the sum of the per-micro-batch, per-process values of this function is §3.3's ``L``.
     """
     lengths = lengths.to(losses.dtype)
-    denominator = lengths.sum() if total_tokens is None else total_tokens
-    if isinstance(denominator, torch.Tensor):
-        denominator = denominator.to(losses.dtype).clamp(min=1.0)
-    else:
-        denominator = max(float(denominator), 1.0)
+    denominator = _at_least_one(lengths.sum() if total_tokens is None else total_tokens, losses.dtype)
     # §3.3 L = Σ T_i ℓ_i / Σ T_i
     return (lengths * losses).sum() / denominator
 
@@ -40,11 +43,7 @@ def sequence_mean_aggregate(
     Answers with no valid token (``T_i = 0``) count in neither the numerator nor the denominator.
     """
     valid = (lengths > 0).to(losses.dtype)
-    denominator = valid.sum() if total_sequences is None else total_sequences
-    if isinstance(denominator, torch.Tensor):
-        denominator = denominator.to(losses.dtype).clamp(min=1.0)
-    else:
-        denominator = max(float(denominator), 1.0)
+    denominator = _at_least_one(valid.sum() if total_sequences is None else total_sequences, losses.dtype)
     # §3.3 control (original GSPO): equal weight per answer
     return (valid * losses).sum() / denominator
 

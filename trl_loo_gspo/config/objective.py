@@ -34,7 +34,7 @@ LOSS_TYPE = "loo_gspo"
 TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 #: ``advantage_estimator`` value that keeps TRL's advantages.
 TRL_ADVANTAGES = "trl"
-LOSS_AGGREGATIONS = ("token_total", "sequence_mean")
+LOSS_AGGREGATIONS = tuple(AGGREGATIONS)
 #: The policy loss (:data:`trl_loo_gspo.algorithms.losses.LOSSES`) our loss types use.
 OWN_POLICY_LOSS = "response_clip"
 
