@@ -60,20 +60,20 @@ def test_code_bounds_locate_the_extracted_code(text):
     assert text[start:end] == extract_code(text)
 
 
-def test_tampered_and_missing_done_semantics():
-    """Per-test outcome = one PASS record (reason "passed"), with or without DONE; tampered tests flag and zero."""
+def test_missing_done_semantics():
+    """Per-test outcome = the judge's pass (reason "passed"), with or without DONE; a test not run counts as failed."""
     code = "def f(x):\n    return 2 * x\n\ndef g(x):\n    return x\n"
     tests = ["assert f(1) == 2", "assert f(2) == 4", "assert g(1) == 1"]
     checks = [  # all-or-nothing without DONE: every `passed` is False, yet test 0 did pass
         {"kind": "test", "index": 0, "passed": False, "reason": "passed"},
         {"kind": "test", "index": 1, "passed": False, "reason": "not run"},
-        {"kind": "test", "index": 2, "passed": False, "reason": "tampered"},
+        {"kind": "test", "index": 2, "passed": False, "reason": "AssertionError"},
     ]
-    details = {"compiles": True, "checks": checks, "tests_run": {"tampered": [2], "completed": False}}
+    details = {"compiles": True, "checks": checks, "tests_run": {"completed": False}}
     spans = by_key(code_spans(code, 7, details, tests, []))
     assert spans["function:f"].value == 0.5 and spans["function:f"].flags == ()
-    assert (spans["function:g"].value, spans["function:g"].flags) == (0.0, ("tampered",))
-    assert (spans["code_block"].value, spans["code_block"].flags) == (0.0, ("tampered",))
+    assert (spans["function:g"].value, spans["function:g"].flags) == (0.0, ())
+    assert (spans["code_block"].value, spans["code_block"].flags) == (1.0, ())
     assert (spans["code_block"].start, spans["code_block"].end) == (7, 7 + len(code))
 
 
@@ -166,8 +166,8 @@ def test_tampering_functions_are_flagged(spans_on):
     spans = by_key(spans_on.verify(f"```python\n{patched}```", tests=TESTS[:1]).spans)
     assert (spans["function:add"].value, spans["function:add"].flags) == (0.0, ("harness",))
     assert (spans["code_block"].value, spans["code_block"].flags) == (0.0, ("harness",))
-    # an AlwaysEqual class would fool every in-sandbox assert: every function is flagged, not only the one returning
-    # it (split asserts no longer fall for it: the object is not plain data, so add's tests fail on the host)
+    # an AlwaysEqual class is flagged on every function, not only the one returning it (the judge does not fall for
+    # it: the object is not plain data, so add's tests fail)
     always = (
         "class Anything:\n    def __eq__(self, other):\n        return True\n\ndef add(a, b):\n    return Anything()\n"
     )

@@ -1,4 +1,4 @@
-"""Reward hacks against CodeVerifier's split asserts, end to end in the sandbox: each scores 0, none escapes."""
+"""Reward hacks against CodeVerifier's judge, end to end in the sandbox: each scores 0, none escapes."""
 
 from __future__ import annotations
 
@@ -114,14 +114,13 @@ def test_each_test_starts_from_a_fresh_interpreter(verifier):
 
 
 @pytest.mark.slow
-def test_weakly_verified_tests_are_marked(verifier):
-    result = verifier.verify(
-        f"```python\n{RIGHT}\n```", tests=["def ref(x):\n    return sorted(x)\nassert f([2, 1]) == ref([2, 1])"]
-    )
-    assert result.score == 1.0
-    (check,) = result.details["checks"]
-    assert check["mode"] == "in_sandbox" and check["asserts_in_sandbox"] == 1
-    assert result.details["tests_run"]["verification"] == ["in_sandbox"]
+def test_a_helper_of_the_test_runs_in_the_judge_not_the_program(verifier):
+    test = "def ref(x):\n    return sorted(x)\nassert f([2, 1]) == ref([2, 1])"
+    result = verifier.verify(f"```python\n{RIGHT}\n```", tests=[test])
+    assert result.score == 1.0 and result.details["tests_run"]["weak_tests"] == []
+    # the program's own ``ref`` is not the test's: redefining it changes nothing
+    cheat = "def ref(x):\n    return None\ndef f(xs):\n    return None\n"
+    assert score(verifier, cheat, [test]) == (0.0, ["AssertionError"])
 
 
 @pytest.mark.slow

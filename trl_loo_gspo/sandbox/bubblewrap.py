@@ -111,8 +111,12 @@ SECCOMP_UNAVAILABLE = (
     " without the filter anyway"
 )
 
-#: The trusted part of every run (``runner.py``, read as text): ``python -I -S -c RUNNER <cfg_fd> <res_fd>``.
-RUNNER = (Path(__file__).with_name("runner.py")).read_text(encoding="utf-8")
+#: The trusted part of every run: ``wire.py``, ``candidate.py``, ``judge.py`` and ``runner.py`` read as one text,
+#: run as ``python -I -S -c RUNNER <cfg_fd> <res_fd>``.
+RUNNER = "\n\n".join(
+    (Path(__file__).with_name(name)).read_text(encoding="utf-8")
+    for name in ("wire.py", "candidate.py", "judge.py", "runner.py")
+)
 
 
 @dataclass

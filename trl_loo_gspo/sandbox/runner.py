@@ -1,21 +1,20 @@
-"""The trusted part of every sandbox run: read as text by :mod:`.bubblewrap`, never imported.
+"""The trusted part of every sandbox run, with :mod:`.wire`, :mod:`.candidate` and :mod:`.judge` before it in one text.
 
-It runs as ``python -I -S -c <this file's text> <cfg_fd> <res_fd>`` inside the sandbox and must only use the
-standard library. It reads its configuration, sets the rlimits, drops privileges, makes itself non-dumpable (no
-process of the same uid can read its memory or its file descriptors through ``/proc``), then:
+:mod:`.bubblewrap` joins the four files and runs them as ``python -I -S -c <text> <cfg_fd> <res_fd>`` inside the
+sandbox; standard library only. The runner reads its configuration, sets the rlimits, drops privileges, makes itself
+non-dumpable (no process of the same uid can read its memory or its file descriptors through ``/proc``; forked
+processes inherit that), then:
 
 * mode ``io``: the program runs in this process (nothing untrusted ran here before), compiled from the UTF-8 text
   the host analysed whatever coding cookie it declares, stdin redirected; the host compares stdout;
-* mode ``tests``: for each test, a **fresh child process** forked from this runner — which never runs untrusted
-  code, so every test starts from the same clean interpreter state. The child closes the result channel, runs the
-  program, then the test (as rewritten by :mod:`trl_loo_gspo.verifiers.code.assert_split`: split asserts report
-  their calls' values through ``__loo_probe__`` as plain data, see :mod:`trl_loo_gspo.verifiers.code.plain_data`),
-  and writes its reports to a pipe of its own. The runner reads that pipe (capped), waits for the child, and
-  forwards one ``ENTRY`` record per test on the result channel.
+* mode ``tests``: for each test, two **fresh processes** forked from this runner — which never runs untrusted code:
+  a *candidate* (:mod:`.candidate`) that runs the program and answers calls, holding only its two pipes to the
+  judge, and a *judge* (:mod:`.judge`) that runs the test, calls the program's functions through the candidate with
+  plain data, and decides the test. The runner reads the judge's report (capped), waits for the judge, kills the
+  candidate, and forwards one ``ENTRY`` record per test on the result channel.
 
-Result channel lines (each tagged with the run's nonce): ``READY``, ``ERROR <why>``, ``PROGRAM_ERROR <exception>``,
-``ENTRY <i> <exit status> <n bytes>`` followed by exactly that many bytes (the child's report lines, UTF-8 JSON),
-``DONE <n>``.
+Result channel lines (each tagged with the run's nonce): ``READY``, ``ERROR <why>``, ``ENTRY <i> <judge status>
+<candidate status> <n bytes>`` followed by exactly that many bytes (the judge's report: one JSON value), ``DONE <n>``.
 """
 
 import marshal
@@ -23,95 +22,10 @@ import os
 import resource
 import sys
 
-#: JSON string escapes (the runner writes JSON by hand: importing ``json`` costs ~8 ms, a third of a small run)
-_ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\", **{i: f"\\u{i:04x}" for i in range(32)}}
-
-
-def _json(x):
-    """JSON text of None/bool/int/str/list (what the reports contain); non-ASCII characters are written as is."""
-    t = type(x)
-    if x is None:
-        return "null"
-    if t is bool:
-        return "true" if x else "false"
-    if t is int:
-        return int.__repr__(x)
-    if t is str:
-        return '"' + x.translate(_ESCAPES) + '"'
-    return "[" + ",".join([_json(item) for item in x]) + "]"
-
-
-def _encoder():
-    """The plain-data encoder (format: ``verifiers/code/plain_data.py``), references taken before untrusted code."""
-    _type, _repr_i, _repr_f, _hex, _items, _modules = (
-        type,
-        int.__repr__,
-        float.__repr__,
-        bytes.hex,
-        dict.items,
-        sys.modules,
-    )
-    seqs = {list: "l", tuple: "t", set: "S", frozenset: "F"}
-    iterators = {
-        _type(x for x in ()),
-        map,
-        filter,
-        zip,
-        enumerate,
-        reversed,
-        _type(iter([])),
-        _type(iter(())),
-        _type(iter(range(0))),
-        _type({}.values()),
-        _type({}.items()),
-        _type(iter({}.values())),
-    }
-    keys = _type({}.keys())
-
-    class Unserialisable(Exception):
-        pass
-
-    def enc(v, depth=0):
-        if depth > 100:
-            raise Unserialisable("nested too deeply")
-        t = _type(v)
-        if v is None or t is bool:
-            return v
-        if t is int:
-            return ["i", _repr_i(v)]
-        if t is float:
-            return ["f", _repr_f(v)]
-        if t is complex:
-            return ["c", _repr_f(v.real), _repr_f(v.imag)]
-        if t is str:
-            return ["s", v]
-        if t is bytes:
-            return ["b", _hex(v)]
-        if t in seqs:
-            return [seqs[t], [enc(x, depth + 1) for x in v]]
-        if t is dict or t in _mapping_types(_modules):
-            return ["d", [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in _items(v)]]
-        if t is keys:
-            return ["S", [enc(x, depth + 1) for x in v]]
-        if t in iterators:
-            out = []
-            for x in v:
-                out.append(enc(x, depth + 1))
-                if len(out) > 1_000_000:
-                    raise Unserialisable("iterator too long")
-            return ["it", out]
-        raise Unserialisable(t.__name__)
-
-    return enc, Unserialisable
-
-
-def _mapping_types(modules):
-    """Counter / OrderedDict / defaultdict, if the program imported ``collections`` (none of its values can be one
-    otherwise). Whatever class is found there, ``dict.items`` reads the dict's own storage and the host rebuilds a
-    plain ``dict``: a subclass's methods never reach the comparison."""
-    collections = modules.get("collections")
-    types = [getattr(collections, name, None) for name in ("Counter", "OrderedDict", "defaultdict")]
-    return [t for t in types if isinstance(t, type) and issubclass(t, dict)]
+if __name__ != "__main__":  # never imported in practice; in the sandbox these files are one text
+    from .candidate import run_candidate
+    from .judge import judge_report_writer, run_judge
+    from .wire import wire_codec, wire_json
 
 
 def _main():
@@ -165,47 +79,28 @@ def _main():
         program = cfg["program"]
         del cfg
         _exit(_run_main(program))
-    enc, unserialisable = _encoder()
+    codec = wire_codec()
     program, tests, cap = cfg["program"], cfg["tests"], int(cfg.get("entry_bytes", 1 << 20))
+    frame_cap = int(cfg.get("frame_bytes", 16 << 20))
     del cfg
-    # compiling runs nothing: done once here, each child only executes (the host compiled the program already)
+    # compiling runs nothing: done once here, each candidate only executes (the host compiled the program already)
     try:
         program = _compile(program, "main.py", "exec")
     except _BaseException:
-        pass  # each child compiles it again and reports the error as the program's
-    for i, source in enumerate(tests):
+        pass  # each candidate compiles it again and reports the error as the program's
+    for i, (source, remote, modules) in enumerate(tests):
         try:
-            source = _compile(source, "<test>", "exec")
-        except _BaseException:
-            pass  # the child compiles it again and reports the error
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            os.close(res_fd)
-            _child(program, source, w, enc, unserialisable)
-            try:  # the program's own output, for the stdout/stderr excerpts
-                sys.__stdout__.flush()
-                sys.__stderr__.flush()
-            except _BaseException:
-                pass
-            _exit(0)
-        os.close(w)
-        chunks, size = [], 0
-        while True:
-            chunk = os.read(r, 65536)
-            if not chunk:
-                break
-            size += _len(chunk)
-            if size > cap:
-                os.kill(pid, 9)
-                chunks = [b'["error", "report too large"]\n']
-                break
-            chunks.append(chunk)
-        os.close(r)
-        _, status = os.waitpid(pid, 0)
-        report = b"".join(chunks)
-        _write_all(res_fd, f"{nonce} ENTRY {i} {status} {_len(report)}\n".encode() + report)
+            code = _compile(source, "<test>", "exec")
+        except _BaseException as err:
+            report = (
+                "[" + wire_json("fail") + "," + wire_json(f"test does not compile: {_type(err).__name__}") + ",0]"
+            ).encode()
+            _write_all(res_fd, f"{nonce} ENTRY {i} 0 0 {_len(report)}\n".encode() + report)
+            continue
+        judge_status, candidate_status, report = _one_test(
+            program, code, remote, modules, res_fd, codec, cap, frame_cap
+        )
+        _write_all(res_fd, f"{nonce} ENTRY {i} {judge_status} {candidate_status} {_len(report)}\n".encode() + report)
     emit("DONE", _len(tests))
     try:
         sys.__stdout__.flush()
@@ -258,45 +153,52 @@ def _write_all(fd, data):
         data = data[os.write(fd, data) :]
 
 
-def _child(program, source, w, enc, unserialisable):
-    """One test in a fresh process: the program, then the test; reports go to ``w`` as JSON lines."""
-    _type, _BaseException, _write_all_ = type, BaseException, _write_all
-
-    def report(item):
-        _write_all_(w, (_json(item) + "\n").encode("utf-8", "surrogatepass"))
-
-    def probe(k, *thunks):
-        values = []
-        for thunk in thunks:
-            try:
-                value = thunk()
-            except _BaseException as err:
-                values.append([0, _type(err).__name__])
-                continue
-            try:
-                values.append([1, enc(value)])
-            except unserialisable as err:
-                values.append([0, f"unserialisable: {err}"])
-            except _BaseException as err:
-                values.append([0, f"unserialisable: {_type(err).__name__}"])
-        report(["p", k, values])
-
-    main = type(sys)("__main__")
-    main.__file__ = os.path.join(os.getcwd(), "main.py")
-    sys.modules["__main__"] = main
-    ns = main.__dict__
+def _one_test(program, code, remote, modules, res_fd, codec, cap, frame_cap):
+    """One test: a candidate process (the program; it gets only its two pipes to the judge) and a judge process
+    (the test; it never loads the program). Returns the judge's and the candidate's wait statuses and the judge's
+    report (capped at ``cap`` bytes)."""
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    candidate = os.fork()
+    if candidate == 0:
+        for fd in (res_fd, req_w, resp_r):
+            os.close(fd)
+        try:
+            run_candidate(program, req_r, resp_w, codec, frame_cap)
+        finally:
+            os._exit(0)
+    os.close(req_r)
+    os.close(resp_w)
+    rep_r, rep_w = os.pipe()
+    judge = os.fork()
+    if judge == 0:  # forked after the candidate: it holds none of the judge's descriptors
+        os.close(res_fd)
+        os.close(rep_r)
+        try:
+            run_judge(code, remote, modules, req_w, resp_r, judge_report_writer(rep_w), codec, frame_cap)
+        finally:
+            os._exit(0)
+    for fd in (req_w, resp_r, rep_w):
+        os.close(fd)
+    chunks, size = [], 0
+    while True:
+        chunk = os.read(rep_r, 65536)
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > cap:
+            os.kill(judge, 9)
+            chunks = [b'["fail", "report too large", 0]']
+            break
+        chunks.append(chunk)
+    os.close(rep_r)
+    _, judge_status = os.waitpid(judge, 0)
     try:
-        exec(program if type(program) is not str else compile(program, "main.py", "exec"), ns)
-    except _BaseException as err:
-        report(["program_error", _type(err).__name__])
-        return
-    ns["__loo_probe__"] = probe
-    try:
-        exec(source if type(source) is not str else compile(source, "<test>", "exec"), ns)
-    except _BaseException as err:
-        report(["error", _type(err).__name__])
-        return
-    report(["end"])
+        os.kill(candidate, 9)
+    except OSError:
+        pass
+    _, candidate_status = os.waitpid(candidate, 0)
+    return judge_status, candidate_status, b"".join(chunks)
 
 
 def _confined():

@@ -41,14 +41,11 @@ def code_spans(
             tree = None
     checks = details.get("checks")  # absent when the run was unscorable or the code did not compile
     test_ok = {c["index"]: c["reason"] == "passed" for c in checks or () if c["kind"] == "test"}
-    tampered = set((details.get("tests_run") or {}).get("tampered", ()))
     flags: set[str] = set()
     if tree is not None:
         flags |= tree_signals(tree)
         if hardcoded_output(string_literals(tree), io_cases):
             flags.add("hardcoded_output")
-    if tampered:
-        flags.add("tampered")
     meta: dict[str, Any] = {}
     if test_ok:
         meta.update(tests_passed=sum(test_ok.values()), tests_total=len(test_ok))
@@ -80,8 +77,6 @@ def code_spans(
             continue  # no test exercises it: no signal, which is not a zero signal
         passed = [i for i in targeted if test_ok[i]]
         own = shared | tree_signals(ast.Module(body=[node], type_ignores=[])) | _exit_calls(node)
-        if tampered & set(targeted):
-            own.add("tampered")
         pairs = [p for i in passed if test_trees[i] is not None for p in _literal_calls(test_trees[i], name)]
         if pairs and all(_special_cased(node, args, want) for args, want in pairs):
             own.add("hardcoded")

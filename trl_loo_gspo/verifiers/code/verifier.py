@@ -22,22 +22,24 @@ Scoring and anomalies (method §5.2)
   within the wall timeout (the harness itself timed out: overloaded host) → ``None``, ``"unscorable"``, anomaly
   ``"sandbox_failure"`` (or ``"timeout"`` for the latter): never a silent 0.
 
-How a test is decided (expected values never enter the sandbox)
-------------------------------------------------------------------
-Each test is split on the host by :mod:`.assert_split`: the sandbox evaluates only the calls of each assert (the
-program's inputs are visible to it, the expected values are not) and returns their results as plain data
-(:mod:`.plain_data`: exact builtin types; an object of any other class fails); the verdict is computed on the host
-by :func:`.assert_split.judge`. Each test runs in a fresh child forked from the trusted runner
-(:mod:`~trl_loo_gspo.sandbox.runner`), which never runs model code, is not dumpable, and forwards the child's reports
-on a channel the child cannot reach; :mod:`.entry_judge` treats every report as untrusted (malformed → fail, a split
-assert reported twice → ``tampered``, missing → ``not run``). So ``unittest.mock.ANY``, objects with a lying
-``__eq__``, builtin subclasses, patched builtins, frame walks to the harness and forged result lines all fail.
+How a test is decided: the judge never shares a process with the program
+---------------------------------------------------------------------------
+Each test runs in two fresh processes forked from the trusted runner (:mod:`~trl_loo_gspo.sandbox.runner`): a
+*candidate* that runs the program and answers calls, and a *judge* that runs the test's own code — asserts, loops,
+the dataset's helpers, the real builtins — and calls the program's functions in the candidate by name, with arguments
+and results crossing as plain data (:mod:`~trl_loo_gspo.sandbox.wire`: exact builtin types; anything else fails the
+call). The judge never loads the program, the program cannot write to the judge or the result channel, and the test's
+constants stay in the judge (the program gets copies as inputs), so ``unittest.mock.ANY``, lying ``__eq__``, builtin
+subclasses, patched or shadowed builtins, forged reports and overwritten test constants have nothing to act on. Which
+of a test's names are the program's is read from the test alone (:mod:`.test_plan`); the judge's report is read by
+:mod:`.verdicts`.
 
-What cannot be split — an assert whose verdict needs a value only the sandbox can compute (a helper of the test or
-the program, a library call, a value computed in a loop) — runs in the sandbox as an ordinary ``assert``, in the
-program's process: such tests are marked in ``details["checks"][i]["mode"]`` (``"mixed"``, ``"in_sandbox"``) and
-``asserts_in_sandbox``, and :meth:`CodeVerifier.hack_score` is their defence. io_cases were always decided on the
-host (stdout is plain data).
+A test that must hand the program something that is not plain data (a function or class of the test, a lambda, an
+open file) cannot be judged this way: it is *weakly verified* (``details["weak_tests"]``, anomaly ``"weak_test"``),
+and ``weak_tests`` decides what the answer earns: ``"unscorable"`` (default: ``None`` for every answer of the row,
+which then carries no signal and cannot be learned) or ``"skip"`` (the row is judged by its other checks; ``None``
+when none is left). :meth:`CodeVerifier.weak_tests_of` finds them statically for a dataset report. io_cases are
+decided on the host (stdout is plain data).
 
 Span signals (``emit_spans=True``, method §6)
 -------------------------------------------
@@ -54,9 +56,9 @@ scoring run (no extra sandbox run) and never change the score.
   not bind at its own top level, so HumanEval's ``def check(candidate): ...`` + ``check(entry_point)`` targets the
   entry point); it targets a method when it reads the class's name and uses the method's name as an attribute
   (``Solution().two_sum(...)``). Value = the fraction of the targeted tests that passed, where a test passed iff
-  the runner reported exactly one ``PASS`` record with the run's nonce for it (its check's ``reason ==
-  "passed"``), whether or not the ``DONE`` record came: the partial-credit notion, also in all-or-nothing mode
-  (where ``checks[i]["passed"]`` also needs ``DONE``); tests not run (crash, timeout, early exit) count as failed.
+  its judge reported a pass (its check's ``reason == "passed"``), whether or not the ``DONE`` record came: the
+  partial-credit notion, also in all-or-nothing mode (where ``checks[i]["passed"]`` also needs ``DONE``); tests not
+  run (crash, timeout) count as failed.
   A function no test targets gets **no** span (no signal is not a zero signal); ``io_cases`` target no function.
   When the code does not compile there is no AST: the ``code_block`` span (0.0) and no function span. When the
   run was unscorable: the ``code_block`` span only. No code at all: ``spans == []``.
@@ -65,14 +67,13 @@ scoring run (no extra sandbox run) and never change the score.
 
 Hack detectors on spans: a flagged span has value 0.0. The ``code_block`` span carries the :meth:`hack_score`
 signals of the whole program (``harness``, ``early_exit``, ``always_equal``, ``file_access``,
-``hardcoded_output``; docstrings are ignored here) plus ``tampered`` when a test had two result records. A
+``hardcoded_output``; docstrings are ignored here). A
 ``function`` span carries the signals found in its own source (with ``early_exit`` also for exit calls inside it),
 the signals of the module-level code outside functions and classes (it runs before every test), ``harness`` and
-``always_equal`` found anywhere (they fool every in-process assert), ``tampered`` when one of its targeted tests had
-two result records, and ``hardcoded`` when every ``name(<literals>) == <literal>`` assertion among its passed tests
-is answered by special-casing that input (an ``if``/conditional expression comparing to the literal argument(s)
-that returns the literal expected value, or a dict literal mapping them to it). The last can misfire on a correct
-function whose passed tests are all base cases it handles explicitly (e.g. ``fib(0)``, ``fib(1)`` only).
+``always_equal`` found anywhere, and ``hardcoded`` when every ``name(<literals>) == <literal>`` assertion among its
+passed tests is answered by special-casing that input (an ``if``/conditional expression comparing to the literal
+argument(s) that returns the literal expected value, or a dict literal mapping them to it). The last can misfire on
+a correct function whose passed tests are all base cases it handles explicitly (e.g. ``fib(0)``, ``fib(1)`` only).
 """
 
 from __future__ import annotations
@@ -85,13 +86,14 @@ from typing import Any
 from ...sandbox.bubblewrap import Sandbox, SandboxLimits, SandboxRun
 from ..base import Verifier, VerifierResult
 from ..text import iter_fences
-from .assert_split import split_test
-from .entry_judge import channel_records, judge_entry
-from .entry_judge import parse_entry as _parse_entry
 from .hacks import encoding_cookie, normalize_output, program_signals
 from .spans import code_spans
+from .test_plan import plan_test
+from .verdicts import channel_records, read_verdict
 
 _EXCERPT = 2000
+#: What an answer earns when a test of its row cannot be judged across the process boundary (module docstring).
+WEAK_TEST_POLICIES = ("unscorable", "skip")
 
 
 def extract_code(completion: str) -> str:
@@ -172,10 +174,13 @@ class CodeVerifier(Verifier):
         use_bwrap: ``False`` forces the unsandboxed mode (benchmarks only).
         emit_spans: also fill ``VerifierResult.spans`` with the process signals described in the module docstring
             ("Span signals"); they come from the same sandbox run and never change the score.
+        weak_tests: what an answer earns when a test of its row is weakly verified (it must hand the program
+            something that is not plain data): ``"unscorable"`` (default; ``None``, anomaly ``"weak_test"``) or
+            ``"skip"`` (judged by the row's other checks).
     """
 
     name = "code"
-    version = "1.0"
+    version = "2.0"
 
     def __init__(
         self,
@@ -187,8 +192,12 @@ class CodeVerifier(Verifier):
         allow_unsandboxed: bool = False,
         use_bwrap: bool = True,
         emit_spans: bool = False,
+        weak_tests: str = "unscorable",
     ) -> None:
         super().__init__()
+        if weak_tests not in WEAK_TEST_POLICIES:
+            raise ValueError(f"weak_tests must be one of {WEAK_TEST_POLICIES}, got {weak_tests!r}")
+        self.weak_tests = weak_tests
         self.emit_spans = emit_spans
         limits = limits or SandboxLimits()
         if timeout_s is not None:
@@ -307,38 +316,56 @@ class CodeVerifier(Verifier):
         return run, records, info
 
     def _run_tests(self, code: str, tests: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]] | VerifierResult:
-        plans = [split_test(t, code) for t in tests]
-        config = {"mode": "tests", "program": code, "tests": [p.sandbox_source for p in plans]}
+        plans = [plan_test(t) for t in tests]
+        weak = {i: p.weak for i, p in enumerate(plans) if p.weak}
+        if weak and self.weak_tests == "unscorable":  # decided from the row alone: the same for every answer
+            return self._weak_result(weak, {})
+        to_run = [i for i in range(len(plans)) if i not in weak]
+        if not to_run:
+            return self._weak_result(weak, {})
+        config = {"mode": "tests", "program": code, "tests": [plans[i].wire() for i in to_run]}
         outcome = self._run({**config, "entry_bytes": self.sandbox.limits.output_bytes})
         if isinstance(outcome, VerifierResult):
             return outcome
         run, records, info = outcome
-        done = any(r[0] == "DONE" and r[1:2] == [str(len(tests))] for r in records)
-        entries: dict[int, list[tuple[int, list[Any]]]] = {}
+        done = any(r[0] == "DONE" and r[1:2] == [str(len(to_run))] for r in records)
+        verdicts = {}
         for r in records:
-            if r[0] == "ENTRY" and len(r) == 4 and r[1].isdigit():
-                entries.setdefault(int(r[1]), []).append(_parse_entry(r[2], r[3]))
-        tampered = sorted(i for i, v in entries.items() if len(v) > 1)
+            if r[0] == "ENTRY" and len(r) == 5 and r[1].isdigit() and int(r[1]) < len(to_run):
+                verdicts.setdefault(to_run[int(r[1])], read_verdict(r[2], r[3], r[4]))
         checks = []
         program_error = None
-        for i, plan in enumerate(plans):
-            got = entries.get(i, [])
-            if len(got) == 1:
-                passed, reason, error = judge_entry(plan, *got[0])
-                program_error = program_error or error
+        for i in to_run:
+            verdict = verdicts.get(i)
+            if verdict is not None and verdict.weak:
+                weak[i] = verdict.reason
+                continue
+            if verdict is None:
+                passed, reason = False, "not run"
             else:
-                passed, reason = False, ("tampered" if got else "not run")
+                passed, reason = verdict.passed, verdict.reason
+                program_error = program_error or verdict.program_error
             # all-or-nothing needs the DONE record; partial credit keeps the tests that passed before a crash
-            passed = passed and (done or self.partial_credit) and i not in tampered
-            check = {"kind": "test", "index": i, "passed": passed, "reason": reason, "mode": plan.mode}
-            if plan.weak_asserts:
-                check["asserts_in_sandbox"] = plan.weak_asserts
+            check = {"kind": "test", "index": i, "passed": passed and (done or self.partial_credit), "reason": reason}
+            if verdict is not None:
+                check["calls"] = verdict.calls
             checks.append(check)
-        info.update(program_error=program_error, completed=done, tampered=tampered)
-        info["verification"] = sorted({p.mode for p in plans})
+        if weak and (self.weak_tests == "unscorable" or not checks):  # found by a judge at run time
+            return self._weak_result(weak, info)
+        info.update(program_error=program_error, completed=done, weak_tests=sorted(weak))
         if program_error is None and not done and not run.limit_hit:
-            info["error"] = "the program ended the harness before the tests finished (exit/_exit/kill)"
+            info["error"] = "the run ended before the tests finished"
         return checks, info
+
+    def _weak_result(self, weak: dict[int, str], info: dict[str, Any]) -> VerifierResult:
+        details = {"weak_tests": sorted(weak), "weak_reasons": {i: weak[i] for i in sorted(weak)}, **info}
+        return VerifierResult(None, "unscorable", "weak_test", details)
+
+    @staticmethod
+    def weak_tests_of(tests: list[str]) -> dict[int, str]:
+        """The tests of a row that are weakly verified, found from the row alone (index → why), for a dataset
+        report; a judge can still find more at run time (an argument computed by the test that is not plain data)."""
+        return {i: plan.weak for i, t in enumerate(tests) if (plan := plan_test(str(t))).weak}
 
     def _run_io(
         self, code: str, case: dict[str, Any], index: int

@@ -1,0 +1,109 @@
+"""The judge/candidate wire format and the host's test plans, without a sandbox."""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import pytest
+
+from trl_loo_gspo.sandbox.wire import WIRE_MAX_DEPTH, WireReader, wire_codec, wire_parser, wire_writer
+from trl_loo_gspo.verifiers.code.test_plan import STATEMENT_CALL, plan_test
+from trl_loo_gspo.verifiers.code.verdicts import read_verdict
+
+encode, decode, Unplain = wire_codec()
+to_json, send = wire_writer()
+parse = wire_parser()
+
+VALUES = [
+    None,
+    True,
+    0,
+    -(7**9000),  # over Python's 4,300-digit str conversion limit: hexadecimal on the wire
+    1.5,
+    float("inf"),
+    complex(1, -2),
+    "a\u2028b\u2029c\x85d\ud800",  # line separators and a lone surrogate
+    b"\x00\xff",
+    [1, (2, 3), {4}, frozenset({5})],
+    {"k": [1, {"n": None}]},
+]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=range(len(VALUES)))
+def test_plain_values_round_trip_exactly(value):
+    back = decode(parse(to_json(encode(value)).encode("utf-8", "surrogatepass")))
+    assert back == value and type(back) is type(value)
+
+
+def test_mappings_iterators_and_views_cross_as_their_plain_counterparts():
+    counter = collections.Counter("aab")
+    assert decode(encode(counter)) == {"a": 2, "b": 1} and type(decode(encode(counter))) is dict
+    assert decode(encode({"a": 1}.keys())) == {"a"}
+    items = decode(encode(x * 2 for x in range(3)))
+    assert list(items) == [0, 2, 4] and not isinstance(items, list)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [object(), type("L", (list,), {})(), type("I", (int,), {})(1), len, [object()]],
+    ids=["object", "list subclass", "int subclass", "function", "nested object"],
+)
+def test_anything_else_is_not_plain_data(value):
+    with pytest.raises(Unplain):
+        encode(value)
+
+
+def test_decoding_is_strict_and_capped():
+    for node in (["i", "x"], ["i", "f" * 250_001], ["S", [["l", []]]], ["z", "1"], [1], {"a": 1}, ["f", "1" * 65]):
+        with pytest.raises(Unplain):
+            decode(node)
+    deep = None
+    for _ in range(WIRE_MAX_DEPTH + 2):
+        deep = ["l", [deep]]
+    with pytest.raises(Unplain):
+        decode(deep)
+    for data in (b"[1,", b"[1] x", b"NaN", b"\xff"):
+        with pytest.raises(ValueError):
+            parse(data)
+
+
+def test_frames_are_length_delimited_and_capped():
+    r, w = os.pipe()
+    try:
+        send(w, ["s", "line\nbreak\u2028"])
+        os.write(w, b"999999\n")
+        reader = WireReader(r, cap=1000)
+        assert parse(reader.read()) == ["s", "line\nbreak\u2028"]
+        with pytest.raises(ValueError, match="too large"):
+            reader.read()
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_tests_names_are_read_from_the_test_alone():
+    plan = plan_test("import random\nassert math.isclose(f(1), 2.0)\nassert sorted(g([2, 1])) == [1, 2]\nx = h")
+    assert plan.remote == ("f", "g", "h") and plan.modules == ("math",) and plan.weak is None
+    humaneval = plan_test("def check(candidate):\n    assert candidate(1) == poly([1], 1)\n\ncheck(find_zero)\n")
+    assert humaneval.remote == ("find_zero", "poly")  # a helper the dataset did not ship is the program's
+    assert STATEMENT_CALL in plan_test("x = [2, 1]\nf(x)\nassert x == [1, 2]").source
+    assert STATEMENT_CALL not in plan_test("x = [2, 1]\nprint(x)\nassert f(x)").source
+
+
+@pytest.mark.parametrize(
+    "test",
+    ["assert f(lambda v: v) == 1", "def g(v):\n    return v\nassert f(g) == 1", "assert f(open('x')) == 1"],
+)
+def test_handing_the_program_a_function_or_a_file_is_weak(test):
+    assert plan_test(test).weak is not None
+
+
+def test_verdicts_are_read_defensively():
+    assert read_verdict("0", "9", b'["pass", 3]').passed
+    assert read_verdict("0", "9", b'["fail", "AssertionError", 1]').reason == "AssertionError"
+    assert read_verdict("0", "9", b'["pass"').reason == "malformed report"  # a judge killed mid-write
+    assert read_verdict("24", "9", b"").reason == "killed by SIGXCPU".replace("killed by SIGXCPU", "cpu")
+    ended = read_verdict("0", "24", b'["fail", "the program\'s process ended", 0]')
+    assert ended.reason == "cpu"  # the program's process hit its CPU limit
+    assert read_verdict("0", "9", b'["weak", "why", 0]').weak

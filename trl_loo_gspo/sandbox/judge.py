@@ -1,0 +1,211 @@
+"""The judge process: runs one test of the dataset and decides it (part of the sandbox's runner text).
+
+Forked by the runner for one test, the judge never loads the program. It runs the test's own code — asserts,
+loops, the dataset's helpers, ``random``, the real builtins — in a namespace where each name of the program the test
+uses is a :class:`RemoteRef`: calling one sends the arguments as plain data (:mod:`.wire`) to the candidate process
+(:mod:`.candidate`) and returns the program's answer rebuilt as builtin values, so every comparison, hash, sort and
+method call of the test runs here, on values whose behaviour is Python's own. The test's constants stay here: the
+program gets copies as its inputs and can change nothing the judge holds (except, on purpose, the mutable arguments of
+a call made as a statement, ``f(xs)``, which take the values the program left in them: the test asks for the side
+effect). The candidate cannot write to the judge's memory, its report pipe or the result channel (not inherited; the
+judge is not dumpable and ptrace is denied), so the verdict the judge reports is the test's.
+
+Outcomes (the report, one JSON value): ``["pass", calls]``, ``["fail", reason, calls]``, ``["weak", reason, calls]``
+(the test had to hand the program something that is not plain data — a function, an object of its own — so it cannot
+be judged across the boundary), ``["program_error", exception, calls]`` (the program raised before any test ran).
+
+An object the program returns that is not plain data fails the call (``unserialisable: <type>``) unless the dataset
+asked for an object: the call names a class (a name of the program starting with a capital letter, e.g.
+``Solution()``) or a method of such an object; then the judge holds a handle whose methods are called in the
+candidate. So ``f(x).startswith("a")`` is ``str.startswith`` on the value ``f`` returned, even if ``f`` is a class.
+Standard library only.
+"""
+
+import builtins
+import os
+
+if __name__ != "__main__":  # imported on the host (tests); in the sandbox these files are one text
+    from .wire import WireReader, wire_json, wire_parser, wire_send
+
+
+def run_judge(code, remote, modules, req_w, resp_r, report, codec, frame_cap):
+    """Run the test ``code`` (a code object) and ``report(outcome)`` once (see the module docstring)."""
+    encode, decode, unplain = codec
+    parse, reader = wire_parser(), WireReader(resp_r, frame_cap)
+    state = {"calls": 0, "disqualified": None, "weak": None}
+    exceptions = {n: c for n, c in vars(builtins).items() if isinstance(c, type) and issubclass(c, Exception)}
+
+    class Disqualified(BaseException):
+        """The program's answer cannot count (not plain data, its process ended, it exited): the test fails."""
+
+    class Weak(BaseException):
+        """The test hands the program something that is not plain data."""
+
+    def disqualify(reason):
+        state["disqualified"] = state["disqualified"] or reason
+        raise Disqualified(reason)
+
+    def weak(reason):
+        state["weak"] = state["weak"] or reason
+        raise Weak(reason)
+
+    def wire_argument(value):
+        if type(value) is RemoteRef:
+            return ["r", object.__getattribute__(value, "_target")]
+        try:
+            return ["v", encode(value)]
+        except unplain as err:
+            weak(f"a test argument is not plain data: {err}")
+
+    def receive():
+        try:
+            frame = reader.read()
+        except (ValueError, OSError) as err:
+            disqualify(str(err))
+        if frame is None:
+            disqualify("the program's process ended")
+        try:
+            return parse(frame)
+        except ValueError as err:
+            disqualify(str(err))
+
+    def call(target, args, kwargs, write_back):
+        if state["disqualified"]:
+            raise Disqualified(state["disqualified"])
+        request = ["call", target, [wire_argument(a) for a in args]]
+        request += [[[k, wire_argument(v)] for k, v in kwargs.items()], write_back]
+        try:
+            wire_send(req_w, request)
+        except OSError:
+            disqualify("the program's process ended")
+        answer = receive()
+        state["calls"] += 1
+        kind = answer[0] if type(answer) is list and answer and type(answer[0]) is str else None
+        if kind == "ok" and len(answer) == 3:
+            try:
+                value = decode(answer[1])
+            except unplain as err:
+                disqualify(f"unserialisable: {err}")
+            if write_back and type(answer[2]) is list and len(answer[2]) == len(args):
+                _write_back(args, answer[2])
+            return value
+        if kind == "raise" and len(answer) == 2 and type(answer[1]) is str:
+            if answer[1] in exceptions:
+                raise exceptions[answer[1]]("raised by the program")
+            disqualify(f"program raised {answer[1][:60]}")
+        if kind == "obj" and len(answer) == 3 and type(answer[1]) is int and answer[1] >= 0:
+            if _objects_allowed(target):
+                return RemoteRef(["h", answer[1]])
+            disqualify(f"unserialisable: {str(answer[2])[:100]}")
+        if kind == "error" and len(answer) == 2:
+            disqualify(str(answer[1])[:200])
+        disqualify("malformed answer")
+
+    def _write_back(args, after):
+        for original, node in zip(args, after, strict=True):
+            kind = type(original)
+            if kind not in (list, dict, set):
+                continue
+            try:
+                new = decode(node)
+            except unplain:
+                continue
+            if type(new) is not kind:
+                continue
+            if kind is list:
+                original[:] = new
+            else:
+                original.clear()
+                original.update(new)
+
+    class RemoteRef:
+        """A name of the program (or an object it returned, or an attribute of one): callable, nothing else."""
+
+        __slots__ = ("_target",)
+
+        def __init__(self, target):
+            object.__setattr__(self, "_target", target)
+
+        def __call__(self, *args, **kwargs):
+            return call(object.__getattribute__(self, "_target"), args, kwargs, False)
+
+        def __getattr__(self, attr):
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+            return RemoteRef(["m", object.__getattribute__(self, "_target"), attr])
+
+        def __setattr__(self, attr, value):
+            raise AttributeError("the program's objects cannot be changed by the test")
+
+        def __repr__(self):
+            return f"<the program's {_describe(object.__getattribute__(self, '_target'))}>"
+
+    def statement_call(function, *args, **kwargs):
+        """A call made as a statement (the host rewrote ``f(xs)`` so): its mutable arguments get written back."""
+        if type(function) is RemoteRef:
+            return call(object.__getattribute__(function, "_target"), args, kwargs, True)
+        return function(*args, **kwargs)
+
+    hello = None
+    try:
+        hello = receive()
+    except Disqualified as err:
+        report(["fail", str(err), 0])
+        return
+    if type(hello) is list and len(hello) == 2 and hello[0] == "program_error":
+        report(["program_error", str(hello[1])[:60], 0])
+        return
+    if hello != ["ready"]:
+        report(["fail", "malformed answer", 0])
+        return
+    ns = {"__name__": "__main__", "__builtins__": builtins, "__loo_statement_call__": statement_call}
+    for name in modules:
+        try:
+            ns[name] = __import__(name)
+        except ImportError:
+            pass
+    for name in remote:
+        ns[name] = RemoteRef(["n", name])
+    try:
+        exec(code, ns)
+        outcome = ["pass"]
+    except Weak as err:
+        outcome = ["weak", str(err)]
+    except Disqualified as err:
+        outcome = ["fail", str(err)]
+    except AssertionError:
+        outcome = ["fail", "AssertionError"]
+    except BaseException as err:
+        outcome = ["fail", type(err).__name__]
+    if state["weak"]:  # swallowed by the test's own ``except``: still not judged
+        outcome = ["weak", state["weak"]]
+    elif state["disqualified"] and outcome[0] == "pass":
+        outcome = ["fail", state["disqualified"]]
+    report([*outcome, state["calls"]])
+
+
+def _objects_allowed(target):
+    """Whether the dataset asked for an object of the program here: the call's root is a handle, or a name of the
+    program that starts with a capital letter (a class, by the dataset's naming)."""
+    while target[0] == "m":
+        target = target[1]
+    return target[0] == "h" or (target[0] == "n" and target[1][:1].isupper())
+
+
+def _describe(target):
+    if target[0] == "n":
+        return target[1]
+    if target[0] == "h":
+        return f"object #{target[1]}"
+    return f"{_describe(target[1])}.{target[2]}"
+
+
+def judge_report_writer(fd):
+    """``report(outcome)``: the outcome as one JSON text on ``fd`` (the runner forwards it to the host)."""
+
+    def report(outcome):
+        data = wire_json(outcome).encode("utf-8", "surrogatepass")
+        while data:
+            data = data[os.write(fd, data) :]
+
+    return report
