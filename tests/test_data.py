@@ -15,11 +15,13 @@ from trl_loo_gspo.experiment.data import (
     infer_mapper,
     last_boxed,
     load_task_dataset,
+    map_humaneval,
     prepare_dataset,
     split_validation,
     validate_columns,
 )
 from trl_loo_gspo.records.registration import split_overlap
+from trl_loo_gspo.verifiers.code.test_plan import plan_test
 from trl_loo_gspo.verifiers.math import MathVerifier
 from trl_loo_gspo.verifiers.proofs.coq import extract_proof_script
 
@@ -248,12 +250,28 @@ def test_humaneval_mapper_builds_a_runnable_check():
     row = data[0]
     assert row["prompt"][0] == {"role": "system", "content": "You are a careful programmer."}
     assert HUMANEVAL_PROMPT.rstrip() in row["prompt"][1]["content"]
-    assert row["tests"] == [HUMANEVAL[0]["test"].rstrip() + "\n\ncheck(has_close_elements)\n"]
+    (test,) = row["tests"]
+    assert test.endswith(HUMANEVAL[0]["test"].rstrip() + "\n\ncheck(has_close_elements)\n")
     namespace: dict = {}  # the test string is one program: it defines check() and calls it on the entry point
     exec(HUMANEVAL[1]["prompt"] + HUMANEVAL[1]["canonical_solution"], namespace)
     exec(data[1]["tests"][0], namespace)
     with pytest.raises(AssertionError):
         exec(data[1]["tests"][0], {"add": lambda x, y: x - y})
+
+
+def test_humaneval_tests_carry_the_prompts_helpers_not_the_entry_point():
+    prompt = "import math\n\ndef poly(xs, x):\n    return sum(c * x ** i for i, c in enumerate(xs))\n\n"
+    prompt += 'def find_zero(xs):\n    """Find x with poly(xs, x) == 0."""\n'
+    row = {"prompt": prompt, "test": "def check(candidate):\n    assert poly([1, 1], candidate([1, 1])) == 0\n"}
+    (test,) = map_humaneval({**row, "entry_point": "find_zero"})["tests"]
+    assert test.startswith("import math\n\ndef poly(xs, x):") and "def find_zero" not in test
+    assert plan_test(test).remote == ("find_zero",)  # poly is the dataset's, judged in the judge
+
+
+def test_weakly_verified_code_rows_are_reported():
+    rows = [{"prompt": "p", "tests": ["assert apply(lambda v: v, 1) == 1"]}, {"prompt": "q", "tests": ["assert f(1)"]}]
+    with pytest.warns(UserWarning, match=r"1 of 2 code rows are weakly verified .*lambda.*unscorable"):
+        prepare_dataset(Dataset.from_list(rows), "code", mapper="identity")
 
 
 @pytest.mark.slow

@@ -271,3 +271,36 @@ def test_a_row_that_hands_the_program_a_function_is_weak_and_unscorable(verifier
     assert (late.score, late.anomaly) == (None, "weak_test")
     with pytest.raises(ValueError, match="weak_tests"):
         CodeVerifier(weak_tests="trust")
+
+
+SCAN_MEMORY = """
+import ctypes, gc, re
+
+def _find():
+    pattern = re.compile(rb"SECRET-[0-9]+")
+    with open("/proc/self/maps") as maps:
+        for line in maps:  # every writable private region of this process: heap, stacks, the interpreter's arenas
+            fields = line.split()
+            if fields[1] != "rw-p" or (len(fields) > 5 and fields[5].startswith("[v")):
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            found = pattern.search(ctypes.string_at(start, min(end - start, 1 << 26)))
+            if found:
+                return found.group().decode()
+    for obj in gc.get_objects():  # and every object the interpreter tracks, frames included
+        if isinstance(obj, str) and "SECRET-" in obj:
+            return re.search("SECRET-[0-9]+", obj).group()
+    return None
+
+def f(x):
+    return _find()
+"""
+
+
+def test_the_expected_values_are_nowhere_in_the_programs_process(verifier):
+    tests = ["assert f(1) == 'SECRET-' + '4' + '2'", "assert f(2) == 'SECRET-1234567'"]
+    result = run(verifier, SCAN_MEMORY, tests)
+    assert result.score == 0.0 and [c["reason"] for c in result.details["checks"]] == ["AssertionError"] * 2
+    # the scan itself works: a value the program holds is found
+    found = run(verifier, SCAN_MEMORY + "_MINE = 'SECRET-' + str(7)\n", ["assert f(1) == 'SECRET-7'"])
+    assert found.score == 1.0, found.details

@@ -8,6 +8,7 @@ See ``docs/data.md``.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import random
 import re
@@ -19,6 +20,7 @@ from typing import Any
 import datasets
 
 from ..records.registration import row_hashes, split_overlap
+from ..verifiers.code.test_plan import weakly_verified_rows
 from ..verifiers.math import boxed_contents
 
 #: Columns each task needs; ``"a|b"`` means at least one of ``a`` and ``b``. ``prompt`` is a string or a list of
@@ -97,12 +99,31 @@ def map_mbpp(row: dict[str, Any]) -> dict[str, Any]:
 
 def map_humaneval(row: dict[str, Any]) -> dict[str, Any]:
     """``openai_humaneval``: ``prompt`` (signature + docstring), ``test`` (``def check(candidate): ...``),
-    ``entry_point``. One multi-line test: the test source followed by ``check(<entry_point>)``."""
+    ``entry_point``. One multi-line test: the prompt's imports and helper functions (e.g. ``poly`` in problem 32,
+    ``encode_cyclic`` in 38: the test calls them, and the dataset's own, not the program's, must answer), the test
+    source, then ``check(<entry_point>)``."""
     prompt = (
         f"Complete the following Python function:\n```python\n{row['prompt'].rstrip()}\n```\n\n{CODE_INSTRUCTION} "
         "Include the imports and any helper functions from the code above."
     )
-    return {"prompt": prompt, "tests": [f"{row['test'].rstrip()}\n\ncheck({row['entry_point']})\n"]}
+    helpers = _prompt_helpers(row["prompt"], row["entry_point"])
+    test = f"{row['test'].rstrip()}\n\ncheck({row['entry_point']})\n"
+    return {"prompt": prompt, "tests": [f"{helpers}\n\n{test}" if helpers else test]}
+
+
+def _prompt_helpers(prompt: str, entry_point: str) -> str:
+    """The imports and the top-level functions and classes of a HumanEval prompt other than the entry point."""
+    try:
+        tree = ast.parse(prompt)
+    except (SyntaxError, ValueError):
+        return ""
+    keep = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
+    parts = [
+        ast.get_source_segment(prompt, node) or ""
+        for node in tree.body
+        if isinstance(node, keep) and getattr(node, "name", None) != entry_point
+    ]
+    return "\n\n".join(p for p in parts if p)
 
 
 def map_coq(row: dict[str, Any]) -> dict[str, Any]:
@@ -193,7 +214,8 @@ def prepare_dataset(
         seed: ``None`` keeps the dataset's order; an int shuffles with that seed first.
 
     Rows whose required columns came out empty (e.g. a MATH solution without ``\\boxed``) are dropped with a
-    warning: the verifier could not score them.
+    warning: the verifier could not score them. Code rows with a weakly verified test (one that hands the program a
+    function or a file) are counted in a warning: by default their answers are unscorable.
     """
     if task not in TASK_COLUMNS:
         raise ValueError(f"unknown task {task!r}; known tasks: {sorted(TASK_COLUMNS)}")
@@ -227,7 +249,22 @@ def prepare_dataset(
         keep = keep.shuffle(seed=seed)
     if max_rows is not None:
         keep = keep.select(range(min(max_rows, len(keep))))
+    if task == "code" and "tests" in keep.column_names:
+        _report_weak_rows(keep["tests"])
     return keep
+
+
+def _report_weak_rows(tests_column: list[list[str] | None]) -> None:
+    """Warn about rows whose tests cannot be judged apart from the program (``CodeVerifier(weak_tests=...)``)."""
+    weak = weakly_verified_rows(tests_column)
+    if weak:
+        row, why = next(iter(weak.items()))
+        warnings.warn(
+            f"{len(weak)} of {len(tests_column)} code rows are weakly verified (a test {why}): CodeVerifier's default"
+            " weak_tests='unscorable' scores every answer of those rows None, so they carry no training signal"
+            f" (first: row {row})",
+            stacklevel=3,
+        )
 
 
 # -- loading ---------------------------------------------------------------------------------------------------

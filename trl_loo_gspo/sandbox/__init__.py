@@ -3,7 +3,8 @@ runner :mod:`.runner` and seccomp filter :mod:`.seccomp`) and the resource-limit
 (:mod:`.limited_run`).
 
 Standard library only (docs/architecture.md): nothing here imports torch, TRL or :mod:`trl_loo_gspo.verifiers`.
-:mod:`.runner` is never imported: :mod:`.bubblewrap` reads its text and runs it with ``python -I -S -c``.
+:mod:`.runner` (with :mod:`.wire`, :mod:`.candidate`, :mod:`.judge` before it) is never imported there:
+:mod:`.bubblewrap` joins their texts, compiles them once and runs the code object with ``python -I -S``.
 """
 
 from .bubblewrap import BWRAP_MISSING, Sandbox, SandboxLimits, SandboxRun

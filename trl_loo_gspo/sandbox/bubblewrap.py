@@ -95,10 +95,10 @@ import warnings
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from . import seccomp
+from .boot import BOOT, readable_fd, runner_code
 
 BWRAP_MISSING = (
     "bubblewrap (bwrap) is required to run untrusted code; install it: apt-get install bubblewrap (Debian/Ubuntu) "
@@ -109,13 +109,6 @@ SECCOMP_UNAVAILABLE = (
     "the sandbox's seccomp filter knows x86_64 and AArch64 only, not {machine!r}: without it a program could build a"
     " nested user namespace and mount filesystems past the tmpfs caps — pass allow_unsandboxed=True to run bwrap"
     " without the filter anyway"
-)
-
-#: The trusted part of every run: ``wire.py``, ``candidate.py``, ``judge.py`` and ``runner.py`` read as one text,
-#: run as ``python -I -S -c RUNNER <cfg_fd> <res_fd>``.
-RUNNER = "\n\n".join(
-    (Path(__file__).with_name(name)).read_text(encoding="utf-8")
-    for name in ("wire.py", "candidate.py", "judge.py", "runner.py")
 )
 
 
@@ -449,13 +442,16 @@ class Sandbox:
         else:
             tmpdir = tempfile.mkdtemp(prefix="loo_gspo_unsandboxed_")
             cfg.update(workdir=tmpdir, chmod_workdir=False, nproc=None, uid=None)
-        with tempfile.TemporaryFile() as cfg_file:
-            cfg_file.write(marshal.dumps(cfg))  # the same interpreter reads it; marshal needs no import there
-            cfg_file.seek(0)
-            cfg_fd = os.dup(cfg_file.fileno())
+        fds = []
+        if "tests" in cfg:  # never in the runner's memory, so never in a fork of it that runs the program: each
+            # judge reads its test from this descriptor, each candidate closes it first
+            tests_fd = readable_fd(marshal.dumps(cfg.pop("tests")))
+            cfg["tests_fd"] = tests_fd
+            fds.append(tests_fd)
+        cfg_fd, code_fd = readable_fd(marshal.dumps(cfg)), readable_fd(runner_code())  # same interpreter reads them
         res_r, res_w = os.pipe()
-        runner = [self.python, "-I", "-S", "-c", RUNNER, str(cfg_fd), str(res_w)]
-        fds = [cfg_fd, res_w]
+        runner = [self.python, "-I", "-S", "-c", BOOT, str(cfg_fd), str(res_w), str(code_fd)]
+        fds += [cfg_fd, res_w, code_fd]
         if self.sandboxed:
             seccomp_fd = self._seccomp_fd()
             if seccomp_fd is not None:

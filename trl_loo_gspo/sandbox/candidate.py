@@ -18,17 +18,17 @@ import os
 import sys
 
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox these files are one text
-    from .wire import WireReader, wire_parser, wire_writer
+    from .wire import WireReader, wire_writer
 
 
-def run_candidate(program, req_r, resp_w, codec, frame_cap):
+def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
     """Run ``program`` (a code object or source) and serve calls until end of file on ``req_r``."""
     encode, decode, unplain = codec
     _type, _BaseException, _getattr, _len, _list = type, BaseException, getattr, len, list
     import builtins
 
     builtin_exceptions = {c for c in vars(builtins).values() if _type(c) is type and issubclass(c, _BaseException)}
-    parse, send, reader = wire_parser(), wire_writer()[1], WireReader(req_r, frame_cap)
+    send, reader = wire_writer()[1], WireReader(req_r, frame_cap)
 
     def exception_name(err):
         for klass in _type(err).__mro__:

@@ -25,15 +25,22 @@ import builtins
 import os
 
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox these files are one text
-    from .wire import WireReader, wire_json, wire_parser, wire_send
+    from .wire import WireReader, wire_json, wire_send
 
 
-def run_judge(code, remote, modules, req_w, resp_r, report, codec, frame_cap):
-    """Run the test ``code`` (a code object) and ``report(outcome)`` once (see the module docstring)."""
+def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
+    """Run test ``index`` of the run (read from ``tests_fd``: ``(source, remote names, modules)`` per test, marshalled
+    by the host) and ``report(outcome)`` once (see the module docstring)."""
+    try:
+        source, remote, modules = _read_test(tests_fd, index)
+        code = compile(source, "<test>", "exec")
+    except BaseException as err:
+        report(["fail", f"test does not compile: {type(err).__name__}", 0])
+        return
     encode, decode, unplain = codec
-    parse, reader = wire_parser(), WireReader(resp_r, frame_cap)
+    reader = WireReader(resp_r, frame_cap)
     state = {"calls": 0, "disqualified": None, "weak": None}
-    exceptions = {n: c for n, c in vars(builtins).items() if isinstance(c, type) and issubclass(c, Exception)}
+    exceptions = _EXCEPTIONS
 
     class Disqualified(BaseException):
         """The program's answer cannot count (not plain data, its process ended, it exited): the test fails."""
@@ -182,6 +189,23 @@ def run_judge(code, remote, modules, req_w, resp_r, report, codec, frame_cap):
     elif state["disqualified"] and outcome[0] == "pass":
         outcome = ["fail", state["disqualified"]]
     report([*outcome, state["calls"]])
+
+
+#: Built-in exception classes by name: what the program raised is raised in the test as the same built-in class.
+_EXCEPTIONS = {n: c for n, c in vars(builtins).items() if isinstance(c, type) and issubclass(c, Exception)}
+
+
+def _read_test(fd, index):
+    """Test ``index`` from the host's marshalled list of tests (the same interpreter wrote it)."""
+    import marshal
+
+    data, size = b"", os.fstat(fd).st_size
+    while len(data) < size:
+        chunk = os.pread(fd, size - len(data), len(data))
+        if not chunk:
+            break
+        data += chunk
+    return marshal.loads(data)[index]
 
 
 def _objects_allowed(target):

@@ -1,9 +1,9 @@
 """The trusted part of every sandbox run, with :mod:`.wire`, :mod:`.candidate` and :mod:`.judge` before it in one text.
 
-:mod:`.bubblewrap` joins the four files and runs them as ``python -I -S -c <text> <cfg_fd> <res_fd>`` inside the
-sandbox; standard library only. The runner reads its configuration, sets the rlimits, drops privileges, makes itself
-non-dumpable (no process of the same uid can read its memory or its file descriptors through ``/proc``; forked
-processes inherit that), then:
+:mod:`.bubblewrap` joins the four files, compiles them once, and runs the code object inside the sandbox with ``python
+-I -S -c <boot> <cfg_fd> <res_fd> <code_fd>``; standard library only. The runner reads its configuration, sets the
+rlimits, drops privileges, makes itself non-dumpable (no process of the same uid can read its memory or its file
+descriptors through ``/proc``; forked processes inherit that), then:
 
 * mode ``io``: the program runs in this process (nothing untrusted ran here before), compiled from the UTF-8 text
   the host analysed whatever coding cookie it declares, stdin redirected; the host compares stdout;
@@ -25,7 +25,7 @@ import sys
 if __name__ != "__main__":  # never imported in practice; in the sandbox these files are one text
     from .candidate import run_candidate
     from .judge import judge_report_writer, run_judge
-    from .wire import wire_codec, wire_json
+    from .wire import wire_codec, wire_parser
 
 
 def _main():
@@ -79,8 +79,9 @@ def _main():
         program = cfg["program"]
         del cfg
         _exit(_run_main(program))
-    codec = wire_codec()
-    program, tests, cap = cfg["program"], cfg["tests"], int(cfg.get("entry_bytes", 1 << 20))
+    codec, parse = wire_codec(), wire_parser()  # before forking: the children share the imports
+    program, cap = cfg["program"], int(cfg.get("entry_bytes", 1 << 20))
+    tests_fd, n_tests = cfg["tests_fd"], cfg["n_tests"]
     frame_cap = int(cfg.get("frame_bytes", 16 << 20))
     del cfg
     # compiling runs nothing: done once here, each candidate only executes (the host compiled the program already)
@@ -88,20 +89,10 @@ def _main():
         program = _compile(program, "main.py", "exec")
     except _BaseException:
         pass  # each candidate compiles it again and reports the error as the program's
-    for i, (source, remote, modules) in enumerate(tests):
-        try:
-            code = _compile(source, "<test>", "exec")
-        except _BaseException as err:
-            report = (
-                "[" + wire_json("fail") + "," + wire_json(f"test does not compile: {_type(err).__name__}") + ",0]"
-            ).encode()
-            _write_all(res_fd, f"{nonce} ENTRY {i} 0 0 {_len(report)}\n".encode() + report)
-            continue
-        judge_status, candidate_status, report = _one_test(
-            program, code, remote, modules, res_fd, codec, cap, frame_cap
-        )
+    for i in range(n_tests):
+        judge_status, candidate_status, report = _one_test(program, i, tests_fd, res_fd, codec, parse, cap, frame_cap)
         _write_all(res_fd, f"{nonce} ENTRY {i} {judge_status} {candidate_status} {_len(report)}\n".encode() + report)
-    emit("DONE", _len(tests))
+    emit("DONE", n_tests)
     try:
         sys.__stdout__.flush()
         sys.__stderr__.flush()
@@ -153,18 +144,19 @@ def _write_all(fd, data):
         data = data[os.write(fd, data) :]
 
 
-def _one_test(program, code, remote, modules, res_fd, codec, cap, frame_cap):
-    """One test: a candidate process (the program; it gets only its two pipes to the judge) and a judge process
-    (the test; it never loads the program). Returns the judge's and the candidate's wait statuses and the judge's
-    report (capped at ``cap`` bytes)."""
+def _one_test(program, index, tests_fd, res_fd, codec, parse, cap, frame_cap):
+    """Test ``index``: a candidate process (the program; it gets only its two pipes to the judge) and a judge process
+    (the test, read from ``tests_fd``; it never loads the program). The tests are never read here, so the candidate,
+    a fork of this process, holds none of them in its memory. Returns the judge's and the candidate's wait statuses
+    and the judge's report (capped at ``cap`` bytes)."""
     req_r, req_w = os.pipe()
     resp_r, resp_w = os.pipe()
     candidate = os.fork()
     if candidate == 0:
-        for fd in (res_fd, req_w, resp_r):
+        for fd in (res_fd, req_w, resp_r, tests_fd):
             os.close(fd)
         try:
-            run_candidate(program, req_r, resp_w, codec, frame_cap)
+            run_candidate(program, req_r, resp_w, codec, parse, frame_cap)
         finally:
             os._exit(0)
     os.close(req_r)
@@ -175,7 +167,7 @@ def _one_test(program, code, remote, modules, res_fd, codec, cap, frame_cap):
         os.close(res_fd)
         os.close(rep_r)
         try:
-            run_judge(code, remote, modules, req_w, resp_r, judge_report_writer(rep_w), codec, frame_cap)
+            run_judge(index, tests_fd, req_w, resp_r, judge_report_writer(rep_w), codec, parse, frame_cap)
         finally:
             os._exit(0)
     for fd in (req_w, resp_r, rep_w):

@@ -1,7 +1,7 @@
 """Plain data and frames between the judge and the candidate process (part of the sandbox's trusted runner text).
 
-:mod:`.bubblewrap` joins ``wire.py``, ``candidate.py``, ``judge.py`` and ``runner.py`` into one text and runs it with
-``python -I -S -c`` inside the sandbox; the host imports this module only for tests. Standard library only.
+:mod:`.bubblewrap` joins ``wire.py``, ``candidate.py``, ``judge.py`` and ``runner.py`` into one program and runs it
+with ``python -I -S`` inside the sandbox; the host imports this module only for tests. Standard library only.
 
 Frames: ``b"<decimal length>\\n"`` then that many bytes of UTF-8 JSON text (lone surrogates passed through). Lengths,
 not line ends, delimit a frame, so no character of a value (U+2028, U+0085, ...) can break one.

@@ -72,6 +72,16 @@ def plan_test(source: str) -> TestPlan:
     return TestPlan(source, remote, modules, weak)
 
 
+def weakly_verified_rows(tests_column: list[list[str] | None]) -> dict[int, str]:
+    """The rows of a dataset's ``tests`` column with a weakly verified test (row index → why), for a dataset report."""
+    weak: dict[int, str] = {}
+    for row, tests in enumerate(tests_column):
+        reason = next((plan.weak for t in tests or () if (plan := plan_test(str(t))).weak), None)
+        if reason is not None:
+            weak[row] = reason
+    return weak
+
+
 def _names(tree: ast.Module) -> tuple[set[str], set[str], set[str]]:
     """(names bound anywhere in the test, names read anywhere, names of functions/classes/lambdas-bound names)."""
     bound: set[str] = set()

@@ -323,7 +323,7 @@ class CodeVerifier(Verifier):
         to_run = [i for i in range(len(plans)) if i not in weak]
         if not to_run:
             return self._weak_result(weak, {})
-        config = {"mode": "tests", "program": code, "tests": [plans[i].wire() for i in to_run]}
+        config = {"mode": "tests", "program": code, "tests": [plans[i].wire() for i in to_run], "n_tests": len(to_run)}
         outcome = self._run({**config, "entry_bytes": self.sandbox.limits.output_bytes})
         if isinstance(outcome, VerifierResult):
             return outcome
