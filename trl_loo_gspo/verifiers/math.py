@@ -2,19 +2,29 @@
 
 Extraction of the final answer (``\\boxed{}``, LaTeX, plain expressions), then symbolic/numeric equivalence with
 the dataset's ``answer`` column: fractions vs decimals, intervals and sets, units, numeric tolerance — all
-``math-verify``'s work; this module only adapts it to the verifier contract.
+``math-verify``'s work. This module adapts it to the verifier contract, with two rules of its own:
+
+- *Relations.* ``math-verify`` reads one side of a relation (``\\boxed{4 = 3}`` and ``\\boxed{3 \\approx 4}``
+  equalled a gold ``3``), so a predicted final answer that is an equation, an approximation or an inequality counts
+  only against a gold answer that is a relation too (:class:`MathVerifier` lists the relations).
+- *Isolation.* ``math-verify`` runs in a worker process: its own timeout is ``signal.alarm``, which works in the main
+  thread only, and one of its regular expressions is cubic on ``"$$" + "\\boxed{1}" * n`` (20 kB: about 40 minutes,
+  with the GIL held throughout), so in the trainer's process a reward computed off the main thread could stall the
+  whole process. The worker is killed past the time limit, whichever thread asked.
 """
 
 from __future__ import annotations
 
 import re
-import threading
 import types
 from collections.abc import Callable
 from importlib.metadata import version as _package_version
 from typing import Any
 
 from .base import Verifier, VerifierResult
+from .math_worker import _worker_pool, shutdown_workers
+
+__all__ = ["MathVerifier", "boxed_contents", "shutdown_workers"]
 
 _BOXED = re.compile(r"\\boxed\s*\{")
 _BRACE = re.compile(r"[{}]")
@@ -66,11 +76,13 @@ class _ClassOrInstanceMethod:
 
 
 class MathVerifier(Verifier):
-    """Final-answer equivalence with ``math-verify`` (``pip install 'trl-loo-gspo[math]'``).
+    r"""Final-answer equivalence with ``math-verify`` (``pip install 'trl-loo-gspo[math]'``).
 
     Args:
-        timeout_seconds: per-sample limit for parsing and for the equivalence check (``math-verify`` uses
-            ``signal.alarm``, which only works in the main thread; elsewhere the check runs without a limit).
+        timeout_seconds: the limit, in wall time, of each ``math-verify`` call (parsing the gold answer, parsing the
+            completion, each equivalence check of a pair of parsed answers), whichever thread calls :meth:`verify`
+            (see *Worker process*). A completion that runs past it scores 0.0, ``"fail"``, anomaly ``"timeout"``
+            (the model's doing); a gold answer that does: ``None``, ``"unscorable"``, anomaly ``"timeout"``.
         float_rounding, numeric_precision, strict: passed to ``math_verify.verify``.
         max_chars: only the last ``max_chars`` characters of a completion are parsed (final answers come last; a
             100 kB completion must not stall the step).
@@ -79,6 +91,33 @@ class MathVerifier(Verifier):
 
     Scores: 1.0 equivalent, 0.0 not equivalent or no answer found (status ``"fail"``, anomaly ``"parse_failure"``
     when nothing could be extracted). A missing or unparseable *gold* answer is the dataset's fault: ``None``.
+
+    Relations: a predicted final answer that is a relation scores 0.0 (``details["refused"]`` says why) unless the gold
+    answer is a relation too (then ``math-verify`` compares them, as before: ``y = 2x + 1``, ``x > 2``). Relations:
+    ``=`` (also ``:=``, ``==``, ``\coloneqq``); approximations ``\approx``, ``\approxeq``, ``\thickapprox``,
+    ``\simeq``, ``\sim``, ``\thicksim``, ``\backsim``, ``\backsimeq``, ``\eqsim``, ``\cong``, ``\doteq``,
+    ``\doteqdot``, ``\fallingdotseq``, ``\risingdotseq``, ``\equiv``, ``\asymp``, ``\propto``, ``\lessapprox``,
+    ``\gtrapprox``, ``\lesssim``, ``\gtrsim``, ``~=``; inequalities ``\neq``, ``\ne``, ``\not``, ``<``, ``>``,
+    ``<=``, ``>=``, ``!=``, ``<>``, ``\lt``, ``\gt``, ``\le``, ``\leq``, ``\leqq``, ``\leqslant``, ``\ge``, ``\geq``,
+    ``\geqq``, ``\geqslant``, ``\ll``, ``\gg``, ``\nless``, ``\ngtr``, ``\nleq``, ``\ngeq``; arrows ``\to``,
+    ``\rightarrow``, ``\longrightarrow``, ``\mapsto``, ``\Rightarrow``, ``\Longrightarrow``, ``\implies``, ``\iff``,
+    ``\Leftrightarrow``, ``\Longleftrightarrow``, ``->``, ``=>``, ``<=>``; and their Unicode signs (≈ ≊ ≋ ≃ ≅ ∼ ≒ ≓ ≐
+    ≑ ≡ ≍ ∝ ≉ ≄ ≇ ≢ ≠ ≤ ≥ ≦ ≧ ⩽ ⩾ ≪ ≫ ≮ ≯ → ⇒ ⟹ ⇔ ⟺ ↦). One exception, a value: ``<variable> = <value>``, the
+    variable a lone symbol (``x``, ``n``, ``x_1``, ``\alpha``, ``\text{Area}``) or a tuple of them (``(x, y) = (1,
+    2)``), so ``\boxed{x = 3}`` and ``x = 3, y = 4`` still count for the values. Refused for a value gold answer:
+    ``4 = 3``, ``3 = 3``, ``\frac{6}{2} = 3``, ``f(2) = 3``, ``x = 4 = 3``, ``3 \approx 4``, ``x \approx 3``,
+    ``3 \approx 3``, ``x > 2``. ``math-verify`` reads one side of such a relation, so each was a way to offer two
+    answers at once.
+
+    Worker process: ``math-verify`` runs in a separate Python process (started on first use with ``sys.executable``;
+    it imports math-verify, not this package or torch), one per thread checking at the same time, at most four per
+    process, shared by every instance and reused across calls. The calling thread waits in ``poll`` (without the
+    GIL) for at most ``timeout_seconds`` plus a second of grace per ``math-verify`` call; past it the worker is
+    killed (the next call starts a new one: about 1 s). Inside the worker, ``math-verify``'s own ``signal.alarm``
+    timeout is set too (its main thread), so a slow but interruptible call ends there without a restart. Instances
+    hold no handle on a worker: they pickle and copy as before, and a forked child starts its own workers.
+    :func:`shutdown_workers` ends them (at exit too). The worker's program is this module's worker functions, sent
+    as source (``inspect.getsource``): the package must be installed with its ``.py`` files.
     """
 
     name = "math"
@@ -86,7 +125,7 @@ class MathVerifier(Verifier):
 
     def __init__(
         self,
-        timeout_seconds: int = 5,
+        timeout_seconds: float = 5,
         float_rounding: int = 6,
         numeric_precision: int = 15,
         strict: bool = True,
@@ -97,7 +136,9 @@ class MathVerifier(Verifier):
             import math_verify  # noqa: F401
         except ImportError as err:  # pragma: no cover - a test extra installs it
             raise ImportError("MathVerifier needs math-verify: pip install 'math-verify[antlr4_13_2]'") from err
-        self.version = f"2+math-verify-{_package_version('math-verify')}"
+        if timeout_seconds is None or not timeout_seconds > 0:
+            raise ValueError(f"timeout_seconds must be a positive number of seconds, not {timeout_seconds!r}")
+        self.version = f"3+math-verify-{_package_version('math-verify')}"
         super().__init__()
         self.timeout_seconds = timeout_seconds
         self.float_rounding = float_rounding
@@ -106,42 +147,51 @@ class MathVerifier(Verifier):
         self.max_chars = max_chars
         self.max_completion_chars = max_completion_chars
 
-    def _timeout(self) -> int | None:
-        return self.timeout_seconds if threading.current_thread() is threading.main_thread() else None
-
-    def _parse(self, text: str) -> list:
-        from math_verify import parse
-
-        timeout = self._timeout()
-        return parse(text, parsing_timeout=timeout)
-
     def verify(self, completion: str, answer: Any = None, **_: Any) -> VerifierResult:
-        from math_verify import verify
-
         if answer is None or str(answer).strip() == "":
             return VerifierResult(None, "unscorable", "parse_failure", {"reason": "the dataset row has no answer"})
         gold_text = str(answer)
-        gold = self._parse(gold_text if "$" in gold_text or "\\boxed" in gold_text else f"${gold_text}$")
-        if not gold:
-            gold = self._parse(gold_text)
-        if not gold:
+        request = {
+            "gold": gold_text,
+            "completion": completion[-self.max_chars :],
+            "timeout": self.timeout_seconds,
+            "options": {
+                "float_rounding": self.float_rounding,
+                "numeric_precision": self.numeric_precision,
+                "strict": self.strict,
+            },
+        }
+        reply = _worker_pool().check(request, self.timeout_seconds)
+        if "error" in reply:
+            raise RuntimeError(f"math-verify worker: {reply['error']}")
+        killed = reply.get("killed")
+        limit = f"longer than timeout_seconds={self.timeout_seconds}"
+        if killed == "gold" or reply.get("gold") == "timeout":
+            return VerifierResult(
+                None, "unscorable", "timeout", {"reason": f"parsing the gold answer took {limit}: {gold_text!r}"}
+            )
+        if reply.get("gold") == "empty":
             return VerifierResult(
                 None, "unscorable", "parse_failure", {"reason": f"gold answer unparseable: {gold_text!r}"}
             )
-        text = completion[-self.max_chars :]
-        predicted = self._parse(text)
         details: dict[str, Any] = {"gold": gold_text, "truncated_input": len(completion) > self.max_chars}
-        if not predicted:
+        if killed == "completion" or reply.get("completion") == "timeout":
+            return VerifierResult(
+                0.0,
+                "fail",
+                "timeout",
+                {**details, "extracted": None, "reason": f"parsing the completion took {limit}"},
+            )
+        if reply.get("completion") == "empty":
             return VerifierResult(0.0, "fail", "parse_failure", {**details, "extracted": None})
-        details["extracted"] = str(predicted[-1])
-        equal = verify(
-            gold,
-            predicted,
-            float_rounding=self.float_rounding,
-            numeric_precision=self.numeric_precision,
-            strict=self.strict,
-            timeout_seconds=self._timeout(),
-        )
+        details["extracted"] = reply["extracted"]
+        if killed is not None:
+            return VerifierResult(0.0, "fail", "timeout", {**details, "reason": f"the equivalence check took {limit}"})
+        if reply.get("refused"):
+            return VerifierResult(0.0, "fail", None, {**details, "refused": reply["refused"]})
+        if reply["timed_out"]:
+            return VerifierResult(0.0, "fail", "timeout", {**details, "reason": f"the equivalence check took {limit}"})
+        equal = reply["equal"]
         return VerifierResult(float(equal), "pass" if equal else "fail", None, details)
 
     @_ClassOrInstanceMethod
