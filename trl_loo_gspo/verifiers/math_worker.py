@@ -268,7 +268,8 @@ def _read_worker_source() -> str | None:
     except (OSError, TypeError):
         return None
     constants = f"_RELATION_TOKEN = {_RELATION_TOKEN!r}\n_EQUALS_TOKENS = {_EQUALS_TOKENS!r}"
-    return "\n\n".join(["from __future__ import annotations\nimport re\nfrom typing import Any", constants, *functions])
+    header = "from __future__ import annotations\nimport re\nfrom typing import Any"
+    return "\n\n".join([header, constants, *functions])
 
 
 #: Read at import, not at the first check: the file on disk may have changed by then (a branch switched during a run).
