@@ -253,6 +253,11 @@ def test_exceptions_of_the_program_reach_the_test_as_builtin_exceptions(verifier
     assert score(verifier, "class E(ValueError):\n    pass\ndef f(x):\n    raise E(x)\n", [test]) == 1.0
     assert score(verifier, "def f(x):\n    return 0\n", [test]) == 0.0
     assert score(verifier, "import sys\ndef f(x):\n    sys.exit(0)\n", [test]) == 0.0
+    message = "try:\n    f(-1)\nexcept ValueError as err:\n    assert err.args == ('negative', -1)"
+    assert score(verifier, "def f(x):\n    raise ValueError('negative', x)\n", [message]) == 1.0
+    # StopIteration would end the test's own iteration early: all(map(f, xs)) would check nothing
+    stop = "def f(x):\n    raise StopIteration\n"
+    assert score(verifier, stop, ["assert all(map(f, [1, 2, 3]))", "assert list(map(f, [1])) == []"]) == 0.0
 
 
 def test_a_row_that_hands_the_program_a_function_is_weak_and_unscorable(verifier):

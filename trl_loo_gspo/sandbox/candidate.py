@@ -11,7 +11,8 @@ name of the program's module), ``["h", k]`` (the ``k``-th object the program ret
 (an attribute of a target); each argument is ``["v", value]`` (plain data) or ``["r", target]`` (an object of the
 program's own). Answers: ``["ready"]`` or ``["program_error", exception]`` first, then per call ``["ok", value,
 args_after | null]``, ``["obj", k, type name]`` (the result is not plain data: kept here as handle ``k``), ``["raise",
-exception]`` (the nearest built-in exception class of what the call raised) or ``["error", why]``.
+exception, args | null]`` (the nearest built-in exception class of what the call raised, and its arguments when
+they are plain data) or ``["error", why]``.
 """
 
 import os
@@ -24,7 +25,7 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox these
 def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
     """Run ``program`` (a code object or source) and serve calls until end of file on ``req_r``."""
     encode, decode, unplain = codec
-    _type, _BaseException, _getattr, _len, _list = type, BaseException, getattr, len, list
+    _type, _BaseException, _getattr, _len, _tuple = type, BaseException, getattr, len, tuple
     import builtins
 
     builtin_exceptions = {c for c in vars(builtins).values() if _type(c) is type and issubclass(c, _BaseException)}
@@ -35,6 +36,12 @@ def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
             if klass in builtin_exceptions:
                 return klass.__name__
         return "Exception"
+
+    def exception_args(err):
+        try:
+            return encode(_tuple(err.args))
+        except _BaseException:
+            return None
 
     main = type(sys)("__main__")
     main.__file__ = os.path.join(os.getcwd(), "main.py")
@@ -75,12 +82,12 @@ def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
             kwargs = {k: argument(v) for k, v in kwargs}
             function = resolve(target)
         except _BaseException as err:
-            send(resp_w, ["raise", exception_name(err)])
+            send(resp_w, ["raise", exception_name(err), None])
             continue
         try:
             value = function(*args, **kwargs)
         except _BaseException as err:
-            answer = ["raise", exception_name(err)]
+            answer = ["raise", exception_name(err), exception_args(err)]
         else:
             try:
                 after = [encode(a) for a in args] if write_back else None

@@ -96,10 +96,14 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
             if write_back and type(answer[2]) is list and len(answer[2]) == len(args):
                 _write_back(args, answer[2])
             return value
-        if kind == "raise" and len(answer) == 2 and type(answer[1]) is str:
-            if answer[1] in exceptions:
-                raise exceptions[answer[1]]("raised by the program")
-            disqualify(f"program raised {answer[1][:60]}")
+        if kind == "raise" and len(answer) == 3 and type(answer[1]) is str:
+            if answer[1] not in exceptions:
+                disqualify(f"program raised {answer[1][:60]}")
+            try:
+                error = exceptions[answer[1]](*decode(answer[2]))
+            except BaseException:  # no arguments sent, or not ones this class takes
+                error = exceptions[answer[1]]("raised by the program")
+            raise error
         if kind == "obj" and len(answer) == 3 and type(answer[1]) is int and answer[1] >= 0:
             if _objects_allowed(target):
                 return RemoteRef(["h", answer[1]])
@@ -191,8 +195,14 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
     report([*outcome, state["calls"]])
 
 
-#: Built-in exception classes by name: what the program raised is raised in the test as the same built-in class.
-_EXCEPTIONS = {n: c for n, c in vars(builtins).items() if isinstance(c, type) and issubclass(c, Exception)}
+#: Built-in exception classes by name: what the program raised is raised in the test as the same built-in class,
+#: with its arguments. Not ``StopIteration``/``StopAsyncIteration``: raised from a function that ``map`` or a loop
+#: calls, they would end the test's iteration early (``all(map(f, xs))`` would pass with no answer checked).
+_EXCEPTIONS = {
+    n: c
+    for n, c in vars(builtins).items()
+    if isinstance(c, type) and issubclass(c, Exception) and not issubclass(c, (StopIteration, StopAsyncIteration))
+}
 
 
 def _read_test(fd, index):
