@@ -43,7 +43,9 @@ def test_curve_area():
     assert curve_area([(0, 0.5), (100, 0.5)], 100) == pytest.approx(0.5)
     assert curve_area([(0, 0.0), (100, 1.0)], 100) == pytest.approx(0.5)  # a linear rise
     assert curve_area([(0, 0.2), (50, 0.6)], 100) == pytest.approx((50 * 0.4 + 50 * 0.6) / 100)  # carried to the end
-    assert curve_area([(0, 0.2), (150, 1.0)], 100) == pytest.approx(0.6)  # cut at the budget (clamped point)
+    # cut at the budget: the value there interpolated (0.2 + 0.8 * 100/150), not the post-budget point's
+    assert curve_area([(0, 0.2), (150, 1.0)], 100) == pytest.approx((0.2 + 0.2 + 0.8 * 100 / 150) / 2)
+    assert curve_area([(0, 0.2), (100, 0.4), (104, 1.0)], 100) == pytest.approx(0.3)  # overshoot gains nothing
     with pytest.raises(ValueError):
         curve_area([(0, 1.0)], 0)
 

@@ -57,6 +57,11 @@ def _ablate_parser(sub) -> None:
     )
     ablate.add_argument("config", help="the ablation YAML")
     ablate.add_argument("--output-dir", default=None, help="override the YAML's output_dir")
+    ablate.add_argument(
+        "--reuse-stale",
+        action="store_true",
+        help="reuse run records made by other code or for another config (refused by default)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,7 +94,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if args.output_dir:
             plan.output_dir = args.output_dir
-        if run_ablation(plan) is None:
+        try:
+            records = run_ablation(plan, reuse_stale=args.reuse_stale)
+        except ValueError as error:  # stale records: what they are and how to proceed
+            print(f"trl-loo-gspo ablate: error: {error}", file=sys.stderr)
+            return 2
+        if records is None:
             print("Other `ablate` processes are still training runs of this plan; the last one writes the report.")
         else:
             print(f"Wrote {plan.output_dir}/results.csv, report.md and pass_rate_vs_tokens.png")

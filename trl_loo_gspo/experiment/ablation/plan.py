@@ -4,13 +4,14 @@ run matrix and each run's training config (no model, no trainer; :mod:`.runner` 
 The YAML names a baseline (a stock TRL ``GRPOTrainer`` configuration), variants (``LooGspoTrainer`` flag overrides),
 seeds, and one rollout-token budget for all. Every (variant, seed) run trains from the same warm-started policy,
 is evaluated on the validation split at fixed rollout-token checkpoints, and writes ``runs/<variant>/seed<k>.json``;
-finished runs are skipped, so a killed ablation continues where it stopped. Then ``results.csv``, ``report.md``
+finished runs made by the same code for the same config are skipped (others are refused: :mod:`.provenance`), so a
+killed ablation continues where it stopped. Then ``results.csv``, ``report.md``
 (paired differences vs the baseline with 95% intervals and a verdict per variant) and ``pass_rate_vs_tokens.png``.
 
 Built-in tasks: ``demo-addition`` (the offline demo's task and policy), ``demo-multistep`` (worked multi-step
 sums, with span signals), ``demo-mixed`` (sums of 1–4 numbers of 1–3 digits: mixed difficulty, lengths). Schema::
 
-    output_dir: ablation-demo
+    output_dir: outputs/ablations/demo
     task: demo-addition
     seeds: [0, 1, 2]
     rollout_tokens: 300000

@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 from .plan import AblationPlan, demo_args, demo_task, recipe_args, run_path
+from .provenance import StaleRecordsError, run_provenance, stale_reason
 from .stats import curve_area, differences_sd, minimum_detectable_effect, paired_difference, seeds_needed, verdict
 
 
@@ -159,13 +160,14 @@ CSV_COLUMNS = (
 )
 
 
-def run_ablation(plan: AblationPlan, runner=run_one) -> list[dict] | None:
+def run_ablation(plan: AblationPlan, runner=run_one, reuse_stale: bool = False) -> list[dict] | None:
     """Run every missing (variant, seed), then write the CSV, the report and the plot; return the records.
 
-    Resumable: finished runs are read back, never redone. Several processes may run the same plan at once (e.g. one
-    per core): each claims a run before training it (:mod:`.claims`, a file lock) and skips
-    runs another live process holds; the process that finds every run finished writes the outputs, the others
-    return ``None``.
+    Resumable: finished runs are read back, never redone — if their record was made by this code for this config
+    (:mod:`.provenance`); a record made by other code or for another config raises :class:`StaleRecordsError` before
+    anything trains, unless ``reuse_stale`` (reuse them on purpose). Several processes may run the same plan at once
+    (e.g. one per core): each claims a run before training it (:mod:`.claims`, a file lock) and skips runs another live
+    process holds; the process that finds every run finished writes the outputs, the others return ``None``.
     """
     from rich.progress import BarColumn, Progress, TextColumn
 
@@ -173,6 +175,9 @@ def run_ablation(plan: AblationPlan, runner=run_one) -> list[dict] | None:
 
     plan.check_configs()  # every run's config, before the first one trains
     runs = plan.runs()
+    provenance = {(name, seed): run_provenance(plan, name, cfg, base, seed) for name, cfg, base, seed in runs}
+    if not reuse_stale:
+        _refuse_stale(plan, runs, provenance)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f}/{task.total:,.0f}")
     ) as progress:
@@ -189,6 +194,7 @@ def run_ablation(plan: AblationPlan, runner=run_one) -> list[dict] | None:
                 current = progress.add_task(f"{name} seed {seed}: rollout tokens", total=plan.rollout_tokens)
                 report_tokens = functools.partial(_update, progress, current)
                 record = runner(plan, name, overrides, is_baseline, seed, report_tokens)
+                record["provenance"] = provenance[(name, seed)]
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_suffix(f".tmp{os.getpid()}")
                 tmp.write_text(json.dumps(record, indent=2, default=str))
@@ -203,6 +209,27 @@ def run_ablation(plan: AblationPlan, runner=run_one) -> list[dict] | None:
     records = [json.loads(run_path(plan, name, seed).read_text()) for name, _, _, seed in runs]
     write_outputs(plan, records)
     return records
+
+
+def _refuse_stale(plan: AblationPlan, runs: list, provenance: dict) -> None:
+    stale = []
+    for name, _, _, seed in runs:
+        path = run_path(plan, name, seed)
+        if not path.exists():
+            continue
+        try:
+            why = stale_reason(json.loads(path.read_text()), provenance[(name, seed)])
+        except (OSError, ValueError):
+            why = "unreadable"
+        if why is not None:
+            stale.append(f"{name} seed {seed}: {why}")
+    if stale:
+        listed = "\n".join(f"  - {line}" for line in stale)
+        raise StaleRecordsError(
+            f"{len(stale)} run record(s) in {plan.output_dir} were not made by this code for this plan and are not"
+            f" reused:\n{listed}\nTrain them afresh in another directory (--output-dir) or delete them; to reuse"
+            " them on purpose, pass --reuse-stale (their provenance stays in each record)."
+        )
 
 
 def _update(progress, task_id, tokens: int) -> None:
@@ -243,26 +270,30 @@ def report(plan: AblationPlan, records: list[dict]) -> str:
         "validation split; differences are paired by seed with a 95% t interval over seeds.",
         "",
         "| variant | n | final pass rate | Δ vs baseline | 95% CI | Δ AUC | verdict | MDE | seeds for Δ "
-        "| gen. tokens | eff. tokens |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| gen. tokens | overshoot | eff. tokens |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, runs in by_name.items():
         final = {s: r["final_pass_rate"] for s, r in runs.items()}
         mean_final = sum(final.values()) / len(final)
         gen = sum(r["generated_tokens"] for r in runs.values()) / len(runs)
+        over = f"{gen / plan.rollout_tokens - 1:+.1%}"  # generated tokens past the equal budget
         eff_values = [r["effective_tokens"] for r in runs.values() if r.get("effective_tokens") is not None]
         eff = f"{sum(eff_values) / len(eff_values):,.0f}" if eff_values else "—"
         if name == base_name:
             lines.append(
-                f"| {name} (baseline) | {len(runs)} | {mean_final:.3f} | — | — | — | — | — | — | {gen:,.0f} | {eff} |"
+                f"| {name} (baseline) | {len(runs)} | {mean_final:.3f} | — | — | — | — | — | — | {gen:,.0f} | {over} "
+                f"| {eff} |"
             )
             continue
         n, cells = _paired_cells(runs, baseline)
-        lines.append(f"| {name} | {n} | {mean_final:.3f} | {cells} | {gen:,.0f} | {eff} |")
+        lines.append(f"| {name} | {n} | {mean_final:.3f} | {cells} | {gen:,.0f} | {over} | {eff} |")
     lines += [
         "",
         "MDE: the smallest paired difference this many seeds detects with 80% power at the 5% level, given the "
-        "spread of the observed differences; seeds for Δ: how many seeds would make the observed Δ detectable.",
+        "spread of the observed differences; seeds for Δ: how many seeds would make the observed Δ detectable; "
+        "overshoot: generated tokens past the budget (mean over seeds; a run stops at the end of the step that "
+        "reaches the budget, and the learning-curve area is cut at the budget).",
     ]
     lines += contrast_section(plan, by_name)
     lines += diagnostics_section(by_name)

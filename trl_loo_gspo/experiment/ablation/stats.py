@@ -98,16 +98,24 @@ def verdict(difference: PairedDifference) -> str:
 
 
 def curve_area(points: list[tuple[float, float]], budget: float) -> float:
-    """Normalised area under a pass-rate-vs-tokens curve on [0, budget] (trapezoids; the last value is carried to
-    the budget, points beyond it are cut). A constant pass rate p gives p."""
+    """Normalised area under a pass-rate-vs-tokens curve on [0, budget] (trapezoids). Points beyond the budget are
+    cut: the curve's value at the budget is interpolated linearly between the last point before it and the first
+    point after it (carried from the last point when none follows); a run that overshoots the budget gains nothing
+    from its tokens past it. A constant pass rate p gives p."""
     if budget <= 0:
         raise ValueError("budget must be > 0")
-    pts = sorted((min(max(t, 0.0), budget), p) for t, p in points)
-    if not pts:
+    ordered = sorted((max(t, 0.0), p) for t, p in points)
+    if not ordered:
         return math.nan
+    pts = [(t, p) for t, p in ordered if t <= budget]
+    after = next(((t, p) for t, p in ordered if t > budget), None)
+    if not pts:  # every evaluation after the budget: the first one's value from 0
+        pts = [(0.0, after[1])]
     if pts[0][0] > 0:
         pts.insert(0, (0.0, pts[0][1]))
     if pts[-1][0] < budget:
-        pts.append((budget, pts[-1][1]))
+        (t0, p0) = pts[-1]
+        at_budget = p0 if after is None else p0 + (after[1] - p0) * (budget - t0) / (after[0] - t0)
+        pts.append((budget, at_budget))
     area = sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(pts, pts[1:], strict=False))
     return area / budget

@@ -1,0 +1,99 @@
+"""Where a run record came from, so that a record made by other code or for another config is never reused silently.
+
+Each record carries ``provenance``: the package version, the git commit (when the package runs from a checkout), a
+hash of the package's source files (uncommitted edits included; the check that decides), the versions of the
+libraries that set the training defaults (torch, transformers, TRL, peft), and a hash of everything that defines
+the run: the task, the seed, the budget and evaluation settings, the policy spec, the recipe text and flags, and the
+run's own settings (``common`` + its overrides, baseline or not). A demo task's data splits are generated from the
+task name and the seed by the package's code, so the two hashes cover them; a recipe's datasets are covered by
+name/path through the recipe text (their contents are not hashed).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+PACKAGE = Path(__file__).resolve().parents[2]
+_LIBRARIES = ("torch", "transformers", "trl", "peft")
+
+
+@functools.lru_cache(maxsize=1)
+def source_hash() -> str:
+    """SHA-256 over the package's ``.py`` files (relative path and bytes, in path order)."""
+    digest = hashlib.sha256()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        digest.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    """The commit of the checkout the package runs from, or ``None`` (an installed wheel, no git)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(PACKAGE.parent), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
+def _version(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def run_provenance(plan: Any, name: str, overrides: dict, is_baseline: bool, seed: int) -> dict[str, Any]:
+    """The provenance of run (``name``, ``seed``) of ``plan`` (module docstring)."""
+    recipe = Path(plan.recipe).read_text() if plan.recipe else None
+    spec = {
+        "task": plan.task,
+        "seed": seed,
+        "rollout_tokens": plan.rollout_tokens,
+        "eval_every_tokens": plan.eval_every_tokens,
+        "eval_samples": plan.eval_samples,
+        "policy": plan.policy,
+        "recipe": recipe,
+        "recipe_overrides": plan.recipe_overrides,
+        "common": plan.common,
+        "overrides": overrides,
+        "baseline": is_baseline,
+        "stock_baseline": is_baseline and plan.stock_baseline,
+    }
+    config = json.dumps(spec, sort_keys=True, default=str).encode()
+    return {
+        "package_version": _version("trl-loo-gspo"),
+        "commit": git_commit(),
+        "source_hash": source_hash(),
+        "libraries": {lib: _version(lib) for lib in _LIBRARIES},
+        "config_hash": hashlib.sha256(config).hexdigest(),
+    }
+
+
+class StaleRecordsError(ValueError):
+    """Records in the output directory were made by other code or for another config."""
+
+
+def stale_reason(record: dict[str, Any], expected: dict[str, Any]) -> str | None:
+    """Why a record cannot stand for the run ``expected`` describes, or ``None`` when it can."""
+    found = record.get("provenance")
+    if not isinstance(found, dict):
+        return "no provenance (made before records carried one)"
+    if found.get("config_hash") != expected["config_hash"]:
+        return "another config"
+    if found.get("source_hash") != expected["source_hash"]:
+        commit = found.get("commit") or "unknown commit"
+        return f"other code ({commit[:12]}{', edited' if found.get('commit') == expected['commit'] else ''})"
+    if found.get("libraries") != expected["libraries"]:
+        return f"other library versions ({found.get('libraries')})"
+    return None
