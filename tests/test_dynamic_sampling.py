@@ -134,6 +134,26 @@ def test_rollout_token_budget_stops_training_within_one_batch(tmp_path):
     assert snapshot["counters"]["generated_tokens_total"] == trainer.generated_tokens_total
 
 
+def test_dynamic_sampling_passes_the_budget_by_at_most_one_plain_round(tmp_path):
+    """Equal budget: a call that reaches the budget draws no further round (no warning, no error), so a run with
+    dynamic sampling overshoots by at most one round of generation, as a run without it does."""
+    plain, _ = make(tmp_path / "plain", dynamic_sampling=False, max_steps=1)
+    plain.train()
+    round_tokens = plain.generated_tokens_total  # one plain generation round
+    budget = round_tokens + 1  # crossed inside the second batch, whose refill rounds would otherwise go on
+    trainer, _ = make(
+        tmp_path / "ds",
+        max_steps=50,
+        rollout_token_budget=budget,
+        max_sampling_rounds=8,
+        on_sampling_exhausted="error",
+    )
+    trainer.train()  # no RuntimeError for the padded last batch: the budget, not the round cap, stopped it
+    assert budget <= trainer.generated_tokens_total < budget + round_tokens
+    logs = [h for h in trainer.state.log_history if "sampling/rounds" in h]
+    assert logs[-1]["sampling/rounds"] >= 1
+
+
 def test_without_dynamic_sampling_degenerate_groups_reach_the_loss_with_zero_weight(tmp_path):
     trainer, _ = make(tmp_path, dynamic_sampling=False, max_steps=1)
     trainer.train()

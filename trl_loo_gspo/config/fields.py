@@ -165,7 +165,8 @@ class LooGspoConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Stop training cleanly (checkpoint saved if saving is on, metrics logged) once the cumulative "
-            "generated tokens reach this budget. Every generated token counts, filtered groups included."
+            "generated tokens reach this budget. Every generated token counts, filtered groups included; with "
+            "dynamic_sampling, a batch that reaches it draws no further round (at most one round over)."
         },
     )
 

@@ -27,6 +27,14 @@ class RolloutTokenBudget(TrainerCallback):
     def _limit(self) -> int | None:
         return self.budget if self.budget is not None else getattr(self.trainer.args, "rollout_token_budget", None)
 
+    @classmethod
+    def limit_of(cls, trainer) -> int | None:
+        """The budget of ``trainer``'s stopper (the ablation runner sets it on the callback), else ``None``."""
+        for callback in trainer.callback_handler.callbacks:
+            if isinstance(callback, cls):
+                return callback._limit()
+        return None
+
     def on_step_end(self, args, state, control, **kwargs):
         tokens, limit = self.trainer.generated_tokens_total, self._limit()
         if self.progress is not None:

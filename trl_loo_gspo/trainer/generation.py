@@ -148,6 +148,10 @@ class Generation:
                     del metrics[key]
             self.trainer.state.num_input_tokens_seen = seen
 
+    def peek_generated_tokens(self) -> int:
+        """This rank's generated tokens since the last :meth:`take_generated_tokens`, without resetting them."""
+        return self._local_generated_tokens
+
     def take_generated_tokens(self) -> int:
         """This rank's generated tokens since the last call (for the round's metrics)."""
         generated, self._local_generated_tokens = self._local_generated_tokens, 0

@@ -26,11 +26,13 @@ from ..algorithms.group_filter import (
     RefillSampler,
     adaptive_round_can_fill,
     allocate_group_sizes,
+    budget_reached,
     group_decisions,
     refill_prompt_count,
     resolve_refill_seed,
     select_groups,
 )
+from .budget import RolloutTokenBudget
 from .generation import Generation
 from .rows import (
     NO_SPANS,
@@ -44,6 +46,9 @@ from .rows import (
     row_tokens,
     with_extra_fields,
 )
+
+#: Why a call stopped drawing rounds when the rollout-token budget was reached (no warning, no error: training ends).
+BUDGET_SPENT = "rollout-token budget reached"
 
 
 class DynamicSampler:
@@ -313,6 +318,17 @@ class DynamicSampler:
         ]
         return groups, stats, new_pending
 
+    def _budget_spent(self) -> bool:
+        """Whether the rollout-token budget (``rollout_token_budget``, or the ablation's) is reached counting this
+        call's rounds so far (one sum over ranks; none without a budget): then no further round is drawn, so a run
+        with dynamic sampling passes the budget by at most one round, as a run without it does."""
+        limit = RolloutTokenBudget.limit_of(self.trainer)
+        if limit is None:
+            return False
+        local = torch.tensor([float(self.generation.peek_generated_tokens())], dtype=torch.float64)
+        this_call = self.accelerator.reduce(local.to(self.accelerator.device), reduction="sum").item()
+        return budget_reached(self.trainer.generated_tokens_total + int(this_call), limit)
+
     def sample(self, inputs: list[dict]) -> tuple[list[dict], Replay]:
         args = self.args
         k = self.num_generations
@@ -346,6 +362,9 @@ class DynamicSampler:
             filled = min(sum(len(c["records"]) for c in candidates if c["keep"]), total_rows)
             reserved = sum(group["size"] for group in pending)  # rows the next call completes
             if filled >= total_rows and not pending:
+                break
+            if not pending and self._budget_spent():  # equal budget: no round past it (at most this one over)
+                exhausted = BUDGET_SPENT
                 break
             if pending:  # the next call must carry their continuations; new probes only for rows still open
                 open_rows = total_rows - filled - reserved
@@ -381,14 +400,14 @@ class DynamicSampler:
             [c["keep"] for c in candidates], [len(c["records"]) for c in candidates], total_rows, exhausted=exhausted
         )
         why = exhausted if isinstance(exhausted, str) else f"max_sampling_rounds={args.max_sampling_rounds}"
-        exhausted = bool(exhausted)
-        if exhausted and selection.padding_rows and args.on_sampling_exhausted == "error":
+        spent, exhausted = exhausted == BUDGET_SPENT, bool(exhausted)
+        if exhausted and selection.padding_rows and args.on_sampling_exhausted == "error" and not spent:
             raise RuntimeError(
                 f"dynamic sampling filled {total_rows - selection.padding_rows} of {total_rows} rows with groups "
                 f"carrying a comparison signal after {rounds} generation rounds ({why}). Raise max_sampling_rounds, "
                 "or set on_sampling_exhausted='pad' to train on the groups found."
             )
-        if selection.padding_rows and not self._warned_exhausted:
+        if selection.padding_rows and not self._warned_exhausted and not spent:
             warnings.warn(
                 f"dynamic sampling stopped ({why}) with "
                 f"{total_rows - selection.padding_rows}/{total_rows} rows in groups carrying a comparison signal; "

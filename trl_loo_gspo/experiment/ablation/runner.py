@@ -16,6 +16,7 @@ import time
 import warnings
 from pathlib import Path
 
+from .multiplicity import holm, paired_p_value, simultaneous_interval
 from .plan import AblationPlan, demo_args, demo_task, recipe_args, run_path
 from .provenance import StaleRecordsError, run_provenance, stale_reason
 from .stats import curve_area, differences_sd, minimum_detectable_effect, paired_difference, seeds_needed, verdict
@@ -325,7 +326,8 @@ def _paired_cells(a: dict[int, dict], b: dict[int, dict]) -> tuple[int, str]:
 
 
 def contrast_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]]) -> list[str]:
-    """The plan's ``contrasts`` (e.g. a component added to GSPO, or removed from the full combination), paired."""
+    """The plan's ``contrasts`` (e.g. a component added to GSPO, or removed from the full combination), paired; then
+    the same contrasts corrected for their number (Holm's p-values, Bonferroni simultaneous intervals)."""
     if not plan.contrasts:
         return []
     lines = [
@@ -335,10 +337,35 @@ def contrast_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]]) ->
         "| contrast | n | Δ final pass rate | 95% CI | Δ AUC | verdict | MDE | seeds for Δ |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    diffs = []
     for a, b in plan.contrasts:
         n, cells = _paired_cells(by_name.get(a, {}), by_name.get(b, {}))
         lines.append(f"| {a} − {b} | {n} | {cells} |")
+        diffs.append(paired_difference(_finals(by_name.get(b, {})), _finals(by_name.get(a, {}))))
+    family = len(diffs)
+    p_values = [paired_p_value(d) for d in diffs]
+    lines += [
+        "",
+        f"Corrected for {family} contrasts (the raw intervals above hold one at a time): Holm's step-down p-values "
+        f"(family-wise error 5%) and Bonferroni intervals that hold for all {family} together.",
+        "",
+        "| contrast | p (paired t) | Holm p | simultaneous 95% CI | verdict after correction |",
+        "|---|---|---|---|---|",
+    ]
+    for (a, b), diff, p, adjusted in zip(plan.contrasts, diffs, p_values, holm(p_values), strict=True):
+        low, high = simultaneous_interval(diff, family)
+        ci = "n < 2" if math.isnan(low) else f"[{low:+.3f}, {high:+.3f}]"
+        verdict_cell = "—" if math.isnan(adjusted) else ("detected" if adjusted < 0.05 else "not detected")
+        lines.append(f"| {a} − {b} | {_p(p)} | {_p(adjusted)} | {ci} | {verdict_cell} |")
     return lines
+
+
+def _finals(runs: dict[int, dict]) -> dict[int, float]:
+    return {s: r["final_pass_rate"] for s, r in runs.items()}
+
+
+def _p(value: float) -> str:
+    return "—" if math.isnan(value) else f"{value:.3f}"
 
 
 #: Per-variant diagnostics of the report (record key, column title, format), means over seeds (method §5.2's list).
