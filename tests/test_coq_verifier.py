@@ -8,11 +8,11 @@ import pytest
 
 from trl_loo_gspo.sandbox.limited_run import RunOutcome
 from trl_loo_gspo.verifiers.base import VerifierResult
+from trl_loo_gspo.verifiers.proofs import LeanBackend
 from trl_loo_gspo.verifiers.proofs import coq as proofs
 from trl_loo_gspo.verifiers.proofs.coq import (
     CoqBackend,
     CoqVerifier,
-    LeanBackend,
     analyze_coq_script,
     extract_proof_script,
     theorem_name,

@@ -92,7 +92,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "rewards.code": ("verifiers.code.verifier",),
     "rewards.code_spans": ("verifiers.code.spans",),
     "rewards.code_analysis": ("verifiers.code.hacks",),
-    "rewards.proofs": ("verifiers.proofs.coq",),
+    "rewards.proofs": ("verifiers.proofs.coq", "verifiers.proofs", "verifiers.proofs.backend"),
     "rewards.coq_script": ("verifiers.proofs.script",),
     "rewards.sandbox": ("sandbox.bubblewrap",),
     "rewards.sandbox_runner": ("sandbox.runner",),

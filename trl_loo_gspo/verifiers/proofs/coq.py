@@ -86,13 +86,10 @@ from typing import Any
 from ...sandbox.limited_run import OUTPUT_CAP, RunOutcome, run_limited
 from ..base import SpanSignal, Verifier, VerifierResult
 from .backend import (
-    LEAN_INSTALL_HINT,
     Availability,
     GoalTrace,
-    LeanBackend,
     ProofBackend,
     ProofCheck,
-    SentenceTrace,
     StatementCheck,
 )
 from .output import count_goals, error_excerpt, error_location, parse_assumptions, trusted_header
@@ -109,23 +106,9 @@ from .script import (
 )
 from .spans import goal_probe, sentence_traces, tactic_spans
 
-__all__ = [
-    "COQ_INSTALL_HINT",
-    "LEAN_INSTALL_HINT",
-    "Availability",
-    "CoqBackend",
-    "CoqVerifier",
-    "GoalTrace",
-    "LeanBackend",
-    "ProofBackend",
-    "ProofCheck",
-    "ScriptFinding",
-    "SentenceTrace",
-    "StatementCheck",
-    "analyze_coq_script",
-    "extract_proof_script",
-    "theorem_name",
-]
+# the old path ``trl_loo_gspo.rewards.proofs`` forwards here and then to the package (``_compat.MOVED``), which
+# exports the interface and screening names this module uses
+__all__ = ["COQ_INSTALL_HINT", "CoqBackend", "CoqVerifier", "theorem_name"]
 
 COQ_INSTALL_HINT = "install Coq (Debian/Ubuntu: `apt-get install -y coq`; or `opam install coq`)"
 
