@@ -203,15 +203,17 @@ def multistep_operands(prompt: str) -> list[int]:
     return [int(x) for x in prompt.rstrip("=").split("+")]
 
 
-def multistep_rollout(tokenizer):
+def multistep_rollout(tokenizer, pick=None):
     """Answer of a row = ``multistep_variants(...)[j % 4]``, j the row's position in the *global* batch (a group split
-    across processes gets the same answers as in one process)."""
+    across processes gets the same answers as in one process); ``pick(operands, j)`` chooses the variant instead."""
+    pick = pick or (lambda ops, j: j % 4)
 
     def rollout(prompts, trainer):
         out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
         offset = trainer.accelerator.process_index * len(prompts)
         for row, prompt in enumerate(prompts):
-            text = multistep_variants(*multistep_operands(prompt))[(offset + row) % 4]
+            ops = multistep_operands(prompt)
+            text = multistep_variants(*ops)[pick(ops, offset + row)]
             ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
             out["prompt_ids"].append(tokenizer(prompt, add_special_tokens=False)["input_ids"])
             out["completion_ids"].append(ids)
@@ -219,6 +221,29 @@ def multistep_rollout(tokenizer):
         return out
 
     return rollout
+
+
+def controlled_trainer(trainer_cls, tmp_path, dataset=None, **overrides):
+    """A ``trainer_cls`` (a ``LooGspoTrainer``) on the controlled task: a fresh tiny model, dynamic sampling, groups of
+    ``num_generations=4``, the controlled dataset and rollout; ``overrides`` go to the config. Returns (trainer,
+    tokenizer, the model before training)."""
+    import copy
+
+    from trl_loo_gspo import LooGspoConfig
+
+    model, tokenizer = make_model_and_tokenizer()
+    model0 = copy.deepcopy(model)
+    kwargs = base_kwargs(str(tmp_path), num_generations=4, per_device_train_batch_size=8, dynamic_sampling=True)
+    kwargs.update(overrides)
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=[controlled_reward],
+        args=LooGspoConfig(**kwargs),
+        train_dataset=dataset if dataset is not None else controlled_dataset(),
+        processing_class=tokenizer,
+        rollout_func=controlled_rollout(tokenizer, 4),
+    )
+    return trainer, tokenizer, model0
 
 
 # A tiny warm start for demo/ablation tests: seconds instead of the real ~20 s warm start.

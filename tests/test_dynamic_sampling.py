@@ -1,6 +1,5 @@
 """Dynamic sampling on a tiny model with a controlled pass rate per prompt (always right, always wrong, mixed)."""
 
-import copy
 import json
 import math
 
@@ -8,14 +7,11 @@ import pytest
 import torch
 from datasets import Dataset
 
-from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
+from trl_loo_gspo import LooGspoTrainer
 
 from .helpers import (
-    base_kwargs,
-    controlled_dataset,
     controlled_reward,
-    controlled_rollout,
-    make_model_and_tokenizer,
+    controlled_trainer,
     param_delta,
     reference_gradient,
 )
@@ -50,18 +46,7 @@ class Recording(LooGspoTrainer):
 
 
 def make(tmp_path, dataset=None, **overrides):
-    model, tokenizer = make_model_and_tokenizer()
-    model0 = copy.deepcopy(model)
-    kwargs = base_kwargs(str(tmp_path), num_generations=K, per_device_train_batch_size=8, dynamic_sampling=True)
-    kwargs.update(overrides)
-    trainer = Recording(
-        model=model,
-        reward_funcs=[controlled_reward],
-        args=LooGspoConfig(**kwargs),
-        train_dataset=dataset if dataset is not None else controlled_dataset(),
-        processing_class=tokenizer,
-        rollout_func=controlled_rollout(tokenizer, K),
-    )
+    trainer, _, model0 = controlled_trainer(Recording, tmp_path, dataset, **overrides)
     return trainer, model0
 
 

@@ -19,9 +19,9 @@ from .helpers import (
     controlled_dataset,
     controlled_reward,
     controlled_rollout,
+    controlled_trainer,
     make_model_and_tokenizer,
-    multistep_operands,
-    multistep_variants,
+    multistep_rollout,
 )
 
 pytestmark = pytest.mark.slow
@@ -53,38 +53,14 @@ class Spy(LooGspoTrainer):
 
 
 def controlled(tmp_path, dataset=None, **overrides):
-    model, tokenizer = make_model_and_tokenizer()
-    kwargs = base_kwargs(str(tmp_path), num_generations=K, per_device_train_batch_size=8, dynamic_sampling=True)
-    kwargs.update(overrides)
-    trainer = Spy(
-        model=model,
-        reward_funcs=[controlled_reward],
-        args=LooGspoConfig(**kwargs),
-        train_dataset=dataset if dataset is not None else controlled_dataset(),
-        processing_class=tokenizer,
-        rollout_func=controlled_rollout(tokenizer, K),
-    )
+    trainer, tokenizer, _ = controlled_trainer(Spy, tmp_path, dataset, **overrides)
     return trainer, tokenizer
 
 
 # ------------------------------------------------------------------ defect 1: process feedback + padding
 def half_without_signal_rollout(tokenizer):
     """Prompts with an odd operand sum get the right answer four times (no signal); the others the four variants."""
-
-    def rollout(prompts, trainer):
-        out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
-        offset = trainer.accelerator.process_index * len(prompts)
-        for row, prompt in enumerate(prompts):
-            ops = multistep_operands(prompt)
-            variants = multistep_variants(*ops)
-            text = variants[0] if sum(ops) % 2 else variants[(offset + row) % 4]
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-            out["prompt_ids"].append(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-            out["completion_ids"].append(ids)
-            out["logprobs"].append([0.0] * len(ids))
-        return out
-
-    return rollout
+    return multistep_rollout(tokenizer, pick=lambda ops, j: 0 if sum(ops) % 2 else j % 4)
 
 
 def test_process_feedback_trains_on_a_padded_batch(tmp_path):
