@@ -54,7 +54,7 @@ def test_splits_depend_on_the_seed_only():
 
 
 def test_impossible_settings_fail_naming_the_field():
-    with pytest.raises(ValueError, match="train_per_terms \\+ validation_per_terms must be <= 1000"):
+    with pytest.raises(ValueError, match=r"validation_per_terms \+ tuning_per_terms must be <= 1000"):
         MixedSumTask(train_per_terms=1000, validation_per_terms=1)
     with pytest.raises(ValueError, match="max_terms"):
         MixedSumTask(max_terms=5)

@@ -19,7 +19,9 @@ Why this task (the demo's 2-digit addition gives each component almost nothing t
   and the two clip rules give the same update).
 
 The split is made over the *multiset* of the numbers within each number of terms (a permutation of a validation
-problem never appears in training), and the validation split has the same mix of terms as training.
+problem never appears in training), and the validation split has the same mix of terms as training. With
+``tuning_per_terms > 0`` a third split, disjoint from both by the same rule, is held out for choosing settings (e.g.
+a learning rate per variant: :meth:`MixedSumTask.tuning_split`), so that the validation split is scored only once.
 """
 
 from __future__ import annotations
@@ -35,14 +37,17 @@ from .multistep import _row, final_score
 
 @dataclass(frozen=True)
 class MixedSumTask:
-    """Settings of the mixed-difficulty sum task: ``train_per_terms`` / ``validation_per_terms`` problems for each
-    number of terms 1 … ``max_terms``, numbers of 1 … ``max_digits`` digits (digit count uniform, then the value)."""
+    """Settings of the mixed-difficulty sum task: ``train_per_terms`` / ``validation_per_terms`` /
+    ``tuning_per_terms`` problems for each number of terms 1 … ``max_terms``, numbers of 1 … ``max_digits`` digits
+    (digit count uniform, then the value). ``tuning_per_terms = 0`` (the default) holds out no tuning split, and the
+    other two splits are exactly those of a task without the field."""
 
     max_terms: int = 4
     max_digits: int = 3
     train_per_terms: int = 900
     validation_per_terms: int = 100
     seed: int = 0
+    tuning_per_terms: int = 0
 
     #: The policy's character set and the cache folder prefix (see ``demo.policy``).
     alphabet = "0123456789+=;"
@@ -53,11 +58,12 @@ class MixedSumTask:
             raise ValueError(f"max_terms must be in [1, 4] and max_digits in [1, 3], got {self.max_terms}, "
                              f"{self.max_digits}")  # fmt: skip
         capacity = 10**self.max_digits  # distinct one-term problems: 0 … 10**max_digits − 1
-        if self.train_per_terms <= 0 or self.validation_per_terms <= 0:
-            raise ValueError("train_per_terms and validation_per_terms must be > 0")
-        if self.train_per_terms + self.validation_per_terms > capacity:
+        if self.train_per_terms <= 0 or self.validation_per_terms <= 0 or self.tuning_per_terms < 0:
+            raise ValueError("train_per_terms and validation_per_terms must be > 0, tuning_per_terms >= 0")
+        if self.train_per_terms + self.validation_per_terms + self.tuning_per_terms > capacity:
             raise ValueError(
-                f"train_per_terms + validation_per_terms must be <= {capacity} (the distinct one-term problems)"
+                "train_per_terms + validation_per_terms + tuning_per_terms must be <= "
+                f"{capacity} (the distinct one-term problems)"
             )
 
     @property
@@ -72,13 +78,30 @@ class MixedSumTask:
     def splits(self) -> tuple[Dataset, Dataset]:
         """``(train, validation)`` with ``prompt``, ``answer``, ``operands``, ``solution`` and ``terms``; disjoint by
         the multiset of the operands; rows shuffled (the warm start calibrates on the first training rows)."""
+        train, validation, _ = self._three_splits()
+        return Dataset.from_list(train), Dataset.from_list(validation)
+
+    @property
+    def has_tuning_split(self) -> bool:
+        return self.tuning_per_terms > 0
+
+    def tuning_split(self) -> Dataset:
+        """The tuning split (``tuning_per_terms`` problems per number of terms), disjoint by multiset from both
+        :meth:`splits`; raises ``ValueError`` when the task holds none out."""
+        if not self.has_tuning_split:
+            raise ValueError("this task holds out no tuning split: set tuning_per_terms > 0")
+        return Dataset.from_list(self._three_splits()[2])
+
+    def _three_splits(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
         rng = random.Random(self.seed)
         train: list[dict[str, Any]] = []
         validation: list[dict[str, Any]] = []
+        tuning: list[dict[str, Any]] = []
+        held_out = self.validation_per_terms + self.tuning_per_terms
         for terms in range(1, self.max_terms + 1):
             seen: set[tuple[int, ...]] = set()
             rows: list[dict[str, Any]] = []
-            while len(rows) < self.train_per_terms + self.validation_per_terms:
+            while len(rows) < self.train_per_terms + held_out:
                 numbers = [self._number(rng) for _ in range(terms)]
                 key = tuple(sorted(numbers))
                 if key in seen:
@@ -86,10 +109,13 @@ class MixedSumTask:
                 seen.add(key)
                 rows.append(_problem(numbers))
             validation += rows[: self.validation_per_terms]
-            train += rows[self.validation_per_terms :]
+            tuning += rows[self.validation_per_terms : held_out]
+            train += rows[held_out:]
         rng.shuffle(train)
         rng.shuffle(validation)
-        return Dataset.from_list(train), Dataset.from_list(validation)
+        if tuning:  # (a task without a tuning split draws exactly what it drew before the field existed)
+            rng.shuffle(tuning)
+        return train, validation, tuning
 
     def _number(self, rng: random.Random) -> int:
         digits = rng.randint(1, self.max_digits)

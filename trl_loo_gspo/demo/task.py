@@ -20,11 +20,14 @@ _INTEGER = re.compile(r"\s*(-?\d+)\s*")
 
 @dataclass(frozen=True)
 class AdditionTask:
-    """Settings of the addition task. ``validation_pairs`` unordered pairs (both orders) are held out."""
+    """Settings of the addition task. ``validation_pairs`` unordered pairs (both orders) are held out, and
+    ``tuning_pairs`` more for a tuning split (:meth:`tuning_split`; 0, the default, holds none out and leaves the
+    other two splits exactly as drawn without the field)."""
 
     digits: int = 2
     validation_pairs: int = 250
     seed: int = 0
+    tuning_pairs: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.digits <= 4:
@@ -32,6 +35,11 @@ class AdditionTask:
         total = self.num_unordered_pairs
         if not 0 < self.validation_pairs < total:
             raise ValueError(f"validation_pairs must be in (0, {total}) for digits={self.digits}")
+        if not 0 <= self.tuning_pairs < total - self.validation_pairs:
+            raise ValueError(
+                f"tuning_pairs must be in [0, {total - self.validation_pairs}) for digits={self.digits} and "
+                f"validation_pairs={self.validation_pairs}"
+            )
 
     @property
     def num_unordered_pairs(self) -> int:
@@ -41,13 +49,28 @@ class AdditionTask:
     def settings(self) -> dict:
         return asdict(self)
 
+    @property
+    def has_tuning_split(self) -> bool:
+        return self.tuning_pairs > 0
+
     def splits(self) -> tuple[Dataset, Dataset]:
         """``(train, validation)`` datasets with columns ``prompt`` and ``answer``; disjoint by content."""
+        pairs = self._pairs()
+        held_out = self.validation_pairs + self.tuning_pairs
+        return _rows(pairs[held_out:]), _rows(pairs[: self.validation_pairs])
+
+    def tuning_split(self) -> Dataset:
+        """The tuning split (``tuning_pairs`` unordered pairs, both orders), disjoint by content from both
+        :meth:`splits`; raises ``ValueError`` when the task holds none out."""
+        if not self.has_tuning_split:
+            raise ValueError("this task holds out no tuning split: set tuning_pairs > 0")
+        return _rows(self._pairs()[self.validation_pairs : self.validation_pairs + self.tuning_pairs])
+
+    def _pairs(self) -> list[tuple[int, int]]:
         n = 10**self.digits
         pairs = [(a, b) for a in range(n) for b in range(a, n)]
         random.Random(self.seed).shuffle(pairs)
-        held_out, train_pairs = pairs[: self.validation_pairs], pairs[self.validation_pairs :]
-        return _rows(train_pairs), _rows(held_out)
+        return pairs
 
 
 def _rows(pairs: list[tuple[int, int]]) -> Dataset:

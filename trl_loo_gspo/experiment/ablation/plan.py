@@ -17,7 +17,12 @@ sums, with span signals), ``demo-mixed`` (sums of 1–4 numbers of 1–3 digits:
     rollout_tokens: 300000
     eval_every_tokens: 50000
     eval_samples: 4
+    task_options: {max_terms: 3}              # the built-in task's settings (e.g. MixedSumTask fields)
+    split_seed: 0                             # one data split for every seed (default: each seed its own)
     common: {learning_rate: 1.0e-4}          # applied to every run (baseline included)
+    sweep:                                    # optional: each run's learning rate chosen per variant (.sweep)
+      learning_rates: [5.0e-5, 1.0e-4, 2.0e-4]
+      seeds: [100]                            # disjoint from `seeds`
     baseline: {name: grpo, config: {}}        # TRL's GRPO (LooGspoConfig.stock_trl): TRL's defaults + these
     variants:                                 # each a LooGspoConfig: our defaults plus these overrides
       - {name: loo_gspo, config: {}}
@@ -52,6 +57,9 @@ class AblationPlan:
     recipe: str | None = None  # task "recipe": a `trl-loo-gspo train` YAML (model, data, verifier, validation)
     recipe_overrides: list[str] = field(default_factory=list)  # command-line flags applied on top of the recipe
     contrasts: list[list[str]] = field(default_factory=list)  # [a, b] pairs reported as a − b, paired by seed
+    task_options: dict[str, Any] = field(default_factory=dict)  # settings of the built-in task (its dataclass)
+    split_seed: int | None = None  # the data split's seed for every run (None: each run's seed)
+    sweep: dict[str, Any] = field(default_factory=dict)  # learning-rate sweep on the tuning split (.sweep)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> AblationPlan:
@@ -76,8 +84,7 @@ class AblationPlan:
         error listing every problem."""
         from .check import config_problems
 
-        entries = [(self.baseline.get("name", "baseline"), self.baseline.get("config", {}), True)]
-        entries += [(v["name"], v.get("config", {}), False) for v in self.variants]
+        entries = self.entries()
         seed = self.seeds[0]
         problems = config_problems(entries, lambda name, cfg, base, cpu: run_args(self, name, cfg, base, seed, cpu))
         if problems:
@@ -101,17 +108,33 @@ class AblationPlan:
         for pair in self.contrasts:
             if not (isinstance(pair, list) and len(pair) == 2 and all(name in names for name in pair)):
                 raise ValueError(f"contrasts entries are [a, b] pairs of run names (from {names}), got {pair!r}")
+        if self.task_options and self.task == "recipe":
+            raise ValueError("`task_options` sets a built-in task's fields; a recipe task takes them from the recipe")
+        if self.task != "recipe":
+            try:
+                demo_task(self, self.seeds[0])
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"task_options for {self.task}: {error}") from None
+        if self.sweep:
+            from .sweep import sweep_problems
+
+            problems = sweep_problems(self)
+            if problems:
+                raise ValueError("; ".join(problems))
 
     @property
     def stock_baseline(self) -> bool:
         """The baseline is stock TRL (``trainer: grpo``, the default) rather than a ``LooGspoTrainer`` config."""
         return self.baseline.get("trainer", "grpo") == "grpo"
 
+    def entries(self) -> list[tuple[str, dict[str, Any], bool]]:
+        """(name, config overrides, is_baseline): the baseline, then the variants."""
+        entries = [(self.baseline.get("name", "baseline"), self.baseline.get("config", {}), True)]
+        return entries + [(v["name"], v.get("config", {}), False) for v in self.variants]
+
     def runs(self) -> list[tuple[str, dict[str, Any], bool, int]]:
         """(name, config overrides, is_baseline, seed), seeds outermost so that a partial ablation is balanced."""
-        entries = [(self.baseline.get("name", "baseline"), self.baseline.get("config", {}), True)]
-        entries += [(v["name"], v.get("config", {}), False) for v in self.variants]
-        return [(name, cfg, base, seed) for seed in self.seeds for name, cfg, base in entries]
+        return [(name, cfg, base, seed) for seed in self.seeds for name, cfg, base in self.entries()]
 
 
 def _problem_report(source: str | Path, problems: list[str]) -> str:
@@ -131,26 +154,30 @@ def run_args(
 
 
 def demo_task(plan: AblationPlan, seed: int) -> tuple[Any, Any]:
-    """(task, exact verifier) of a built-in demo task, seeded; the multi-step verifier emits span signals (method §6)
-    for ``demo-multistep``, used only when a run sets ``process_advantage_coef``."""
+    """(task, exact verifier) of a built-in demo task with the plan's ``task_options``, its split drawn from
+    ``split_seed`` (else the run's seed); the multi-step verifier emits span signals (method §6) for
+    ``demo-multistep``, used only when a run sets ``process_advantage_coef``."""
     from ...demo.mixed import MixedSumTask
     from ...demo.multistep import MultiStepTask, MultiStepVerifier
     from ...demo.task import AdditionTask, AdditionVerifier
 
+    options = {**plan.task_options, "seed": seed if plan.split_seed is None else plan.split_seed}
     if plan.task == "demo-multistep":
-        return MultiStepTask(seed=seed), MultiStepVerifier(emit_spans=True)
+        return MultiStepTask(**options), MultiStepVerifier(emit_spans=True)
     if plan.task == "demo-mixed":
-        return MixedSumTask(seed=seed), MultiStepVerifier()
-    return AdditionTask(seed=seed), AdditionVerifier()
+        return MixedSumTask(**options), MultiStepVerifier()
+    return AdditionTask(**options), AdditionVerifier()
 
 
-def demo_args(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, task: Any) -> Any:
+def demo_args(
+    plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, task: Any, tuning: bool = False
+) -> Any:
     """The ``LooGspoConfig`` of one run on a built-in demo task: the demo's settings, then ``common``, then the run's
     overrides; ``LooGspoConfig.stock_trl`` for a stock baseline."""
     from ...config import LooGspoConfig
     from ...demo.run import DemoConfig, common_args
 
-    out = Path(plan.output_dir) / "runs" / name / f"seed{seed}"
+    out = run_path(plan, name, seed, overrides.get("learning_rate") if tuning else None).with_suffix("")
     settings = common_args(DemoConfig(output_dir=str(out), seed=seed), out)
     if plan.task in ("demo-multistep", "demo-mixed"):
         settings["max_completion_length"] = task.max_new_tokens
@@ -161,9 +188,12 @@ def demo_args(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool,
     return LooGspoConfig.stock_trl(**settings) if stock else LooGspoConfig(**settings)
 
 
-def run_path(plan: AblationPlan, name: str, seed: int) -> Path:
-    """Where the record of run (``name``, ``seed``) is written: ``<output_dir>/runs/<name>/seed<k>.json``."""
-    return Path(plan.output_dir) / "runs" / name / f"seed{seed}.json"
+def run_path(plan: AblationPlan, name: str, seed: int, sweep_lr: float | None = None) -> Path:
+    """Where the record of run (``name``, ``seed``) is written: ``<output_dir>/runs/<name>/seed<k>.json``; a sweep
+    run at learning rate ``sweep_lr``: ``<output_dir>/sweep/<name>/lr<value>/seed<k>.json``."""
+    if sweep_lr is None:
+        return Path(plan.output_dir) / "runs" / name / f"seed{seed}.json"
+    return Path(plan.output_dir) / "sweep" / name / f"lr{sweep_lr:g}" / f"seed{seed}.json"
 
 
 # Fields that define the method: the baseline takes TRL's defaults for these, the recipe's values for the rest.

@@ -4,8 +4,9 @@ Each record carries ``provenance``: the package version, the git commit (when th
 hash of the package's source files (uncommitted edits included; the check that decides), the versions of the
 libraries that set the training defaults (torch, transformers, TRL, peft), and a hash of everything that defines
 the run: the task, the seed, the budget and evaluation settings, the policy spec, the recipe text and flags, and the
-run's own settings (``common`` + its overrides, baseline or not). A demo task's data splits are generated from the
-task name and the seed by the package's code, so the two hashes cover them; a recipe's datasets are covered by
+run's own settings (``common`` + its overrides — with the learning rate a sweep chose —, baseline or not) and the
+split it is scored on. A demo task's data splits are generated from the task name, its options and the split seed by
+the package's code, so the two hashes cover them; a recipe's datasets are covered by
 name/path through the recipe text (their contents are not hashed).
 """
 
@@ -53,13 +54,19 @@ def _version(name: str) -> str | None:
         return None
 
 
-def run_provenance(plan: Any, name: str, overrides: dict, is_baseline: bool, seed: int) -> dict[str, Any]:
-    """The provenance of run (``name``, ``seed``) of ``plan`` (module docstring)."""
+def run_provenance(
+    plan: Any, name: str, overrides: dict, is_baseline: bool, seed: int, split: str = "validation"
+) -> dict[str, Any]:
+    """The provenance of run (``name``, ``seed``) of ``plan`` scored on ``split`` (module docstring)."""
     recipe = Path(plan.recipe).read_text() if plan.recipe else None
+    tuning = split == "tuning"
     spec = {
         "task": plan.task,
+        "task_options": plan.task_options,
+        "split_seed": plan.split_seed,
+        "eval_split": split,
         "seed": seed,
-        "rollout_tokens": plan.rollout_tokens,
+        "rollout_tokens": plan.sweep.get("rollout_tokens", plan.rollout_tokens) if tuning else plan.rollout_tokens,
         "eval_every_tokens": plan.eval_every_tokens,
         "eval_samples": plan.eval_samples,
         "policy": plan.policy,

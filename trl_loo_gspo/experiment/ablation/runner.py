@@ -20,20 +20,31 @@ from .multiplicity import holm, paired_p_value, simultaneous_interval
 from .plan import AblationPlan, demo_args, demo_task, recipe_args, run_path
 from .provenance import StaleRecordsError, run_provenance, stale_reason
 from .stats import curve_area, differences_sd, minimum_detectable_effect, paired_difference, seeds_needed, verdict
+from .sweep import choose, sweep_budget, sweep_runs, sweep_section, with_learning_rates
 
 
-def run_one(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, progress=None) -> dict:
-    """Train one (variant, seed) to the token budget; evaluate along the way; return the record."""
+def run_one(
+    plan: AblationPlan,
+    name: str,
+    overrides: dict,
+    is_baseline: bool,
+    seed: int,
+    progress=None,
+    split: str = "validation",
+) -> dict:
+    """Train one (variant, seed) to the token budget; evaluate along the way on ``split`` (``"validation"``, or
+    ``"tuning"`` for a learning-rate sweep run: :mod:`.sweep`, the sweep's budget); return the record."""
     build = _build_recipe_run if plan.task == "recipe" else _build_demo_run
-    trainer, validation_cb, verifier, extra = build(plan, name, overrides, is_baseline, seed)
+    trainer, validation_cb, verifier, extra = build(plan, name, overrides, is_baseline, seed, split)
+    budget = sweep_budget(plan) if split == "tuning" else plan.rollout_tokens
     return _train_to_budget(
-        plan, trainer, validation_cb, verifier, name, overrides, is_baseline, seed, progress, extra
+        budget, trainer, validation_cb, verifier, name, overrides, is_baseline, seed, progress, extra
     )
 
 
-def _build_demo_run(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int):
+def _build_demo_run(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, split: str):
     """A built-in demo task: its warm-started policy (cached), its exact verifier (with span signals for the
-    multi-step task, used only when a run sets ``process_advantage_coef``)."""
+    multi-step task, used only when a run sets ``process_advantage_coef``), scored on ``split``."""
     from ...demo.policy import PolicySpec, load_or_build_policy
     from ...trainer.validation import ValidationCallback
 
@@ -41,7 +52,9 @@ def _build_demo_run(plan: AblationPlan, name: str, overrides: dict, is_baseline:
     spec = PolicySpec(task=task, seed=seed, **plan.policy)
     policy, tokenizer, policy_info = load_or_build_policy(spec, log=lambda _: None)
     train, validation = task.splits()
-    args = demo_args(plan, name, overrides, is_baseline, seed, task)
+    if split == "tuning":
+        validation = task.tuning_split()
+    args = demo_args(plan, name, overrides, is_baseline, seed, task, tuning=split == "tuning")
     trainer = _trainer_cls()(
         model=copy.deepcopy(policy),
         reward_funcs=[verifier],
@@ -53,7 +66,10 @@ def _build_demo_run(plan: AblationPlan, name: str, overrides: dict, is_baseline:
         trainer, validation, verifier, plan.eval_every_tokens, samples=plan.eval_samples, seed=seed
     )
     trainer.add_callback(validation_cb)
-    return trainer, validation_cb, verifier, {"policy_key": policy_info["key"]}
+    extra = {"policy_key": policy_info["key"], "split": split}
+    if split == "tuning":
+        extra["learning_rate"] = overrides["learning_rate"]
+    return trainer, validation_cb, verifier, extra
 
 
 def _trainer_cls():
@@ -62,7 +78,7 @@ def _trainer_cls():
     return LooGspoTrainer
 
 
-def _build_recipe_run(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int):
+def _build_recipe_run(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, split: str):
     """A recipe task: model, data, verifier and validation split from a ``trl-loo-gspo train`` recipe YAML."""
     from ...trainer.validation import ValidationCallback
     from ..build import build_trainer
@@ -74,13 +90,12 @@ def _build_recipe_run(plan: AblationPlan, name: str, overrides: dict, is_baselin
     return trainer, validation_cb, validation_cb.verifier, {"recipe": str(plan.recipe)}
 
 
-def _train_to_budget(plan, trainer, validation_cb, verifier, name, overrides, is_baseline, seed, progress, extra):
+def _train_to_budget(budget, trainer, validation_cb, verifier, name, overrides, is_baseline, seed, progress, extra):
     from transformers.trainer_callback import PrinterCallback
 
     from ...trainer.budget import RolloutTokenBudget
 
     trainer.remove_callback(PrinterCallback)
-    budget = plan.rollout_tokens
     existing = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, RolloutTokenBudget)]
     if existing:  # LooGspoTrainer has one (for rollout_token_budget): give it the plan's budget
         existing[0].budget, existing[0].progress = budget, progress
@@ -164,27 +179,57 @@ CSV_COLUMNS = (
 def run_ablation(plan: AblationPlan, runner=run_one, reuse_stale: bool = False) -> list[dict] | None:
     """Run every missing (variant, seed), then write the CSV, the report and the plot; return the records.
 
-    Resumable: finished runs are read back, never redone — if their record was made by this code for this config
-    (:mod:`.provenance`); a record made by other code or for another config raises :class:`StaleRecordsError` before
-    anything trains, unless ``reuse_stale`` (reuse them on purpose). Several processes may run the same plan at once
-    (e.g. one per core): each claims a run before training it (:mod:`.claims`, a file lock) and skips runs another live
-    process holds; the process that finds every run finished writes the outputs, the others return ``None``.
+    With a ``sweep`` (:mod:`.sweep`), the sweep's runs come first (scored on the tuning split), and each variant's
+    study runs train at the learning rate it chose. Resumable: finished runs are read back, never redone — if their
+    record was made by this code for this config (:mod:`.provenance`); a record made by other code or for another
+    config raises :class:`StaleRecordsError` before anything trains, unless ``reuse_stale`` (reuse them on purpose).
+    Several processes may run the same plan at once (e.g. one per core): each claims a run before training it
+    (:mod:`.claims`, a file lock) and skips runs another live process holds; a process that runs out of sweep runs
+    waits for the others' to finish (the choice needs them all); the process that finds every run finished writes
+    the outputs, the others return ``None``.
     """
+    plan.check_configs()  # every run's config, before the first one trains
+    sweep_records: list[dict] = []
+    runs = plan.runs()
+    if plan.sweep:
+        jobs = [
+            (name, cfg, base, seed, run_path(plan, name, seed, lr), run_provenance(plan, name, cfg, base, seed, split))
+            for name, cfg, base, seed, lr in sweep_runs(plan)
+            for split in ["tuning"]
+        ]
+        if not reuse_stale:
+            _refuse_stale(plan, [(name, seed, path, prov) for name, _, _, seed, path, prov in jobs])
+        while not _execute(plan, jobs, runner, "tuning"):
+            time.sleep(10)  # another process is training the last sweep runs
+        sweep_records = [json.loads(job[4].read_text()) for job in jobs]
+        runs = with_learning_rates(runs, choose(plan, sweep_records))
+    jobs = [
+        (name, cfg, base, seed, run_path(plan, name, seed), run_provenance(plan, name, cfg, base, seed))
+        for name, cfg, base, seed in runs
+    ]
+    if not reuse_stale:
+        _refuse_stale(plan, [(name, seed, path, prov) for name, _, _, seed, path, prov in jobs])
+    if not _execute(plan, jobs, runner, "validation"):
+        return None  # still being trained by another process: the one that finishes last writes the outputs
+    records = [json.loads(job[4].read_text()) for job in jobs]
+    write_outputs(plan, records, sweep_records)
+    return records
+
+
+def _execute(plan: AblationPlan, jobs: list, runner, split: str) -> bool:
+    """Train every job (name, overrides, is_baseline, seed, record path, provenance) that has no record and that no
+    other process holds; return whether every job has its record now."""
     from rich.progress import BarColumn, Progress, TextColumn
 
     from .claims import claim
 
-    plan.check_configs()  # every run's config, before the first one trains
-    runs = plan.runs()
-    provenance = {(name, seed): run_provenance(plan, name, cfg, base, seed) for name, cfg, base, seed in runs}
-    if not reuse_stale:
-        _refuse_stale(plan, runs, provenance)
+    budget = sweep_budget(plan) if split == "tuning" else plan.rollout_tokens
+    kwargs = {"split": split} if split == "tuning" else {}  # (runners written for plans without a sweep)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f}/{task.total:,.0f}")
     ) as progress:
-        overall = progress.add_task("runs", total=len(runs))
-        for name, overrides, is_baseline, seed in runs:
-            path = run_path(plan, name, seed)
+        overall = progress.add_task("sweep runs" if split == "tuning" else "runs", total=len(jobs))
+        for name, overrides, is_baseline, seed, path, provenance in jobs:
             lock = None if path.exists() else claim(path)
             if lock is None:  # finished earlier, or another process is training it
                 progress.advance(overall)
@@ -192,10 +237,11 @@ def run_ablation(plan: AblationPlan, runner=run_one, reuse_stale: bool = False) 
             try:
                 if path.exists():  # finished by another process between the check and the claim
                     continue
-                current = progress.add_task(f"{name} seed {seed}: rollout tokens", total=plan.rollout_tokens)
+                label = f"{name} seed {seed}" + (f" lr {overrides['learning_rate']:g}" if kwargs else "")
+                current = progress.add_task(f"{label}: rollout tokens", total=budget)
                 report_tokens = functools.partial(_update, progress, current)
-                record = runner(plan, name, overrides, is_baseline, seed, report_tokens)
-                record["provenance"] = provenance[(name, seed)]
+                record = runner(plan, name, overrides, is_baseline, seed, report_tokens, **kwargs)
+                record["provenance"] = provenance
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_suffix(f".tmp{os.getpid()}")
                 tmp.write_text(json.dumps(record, indent=2, default=str))
@@ -204,26 +250,23 @@ def run_ablation(plan: AblationPlan, runner=run_one, reuse_stale: bool = False) 
             finally:
                 lock.release()
             progress.advance(overall)
-    missing = [(name, seed) for name, _, _, seed in runs if not run_path(plan, name, seed).exists()]
-    if missing:  # still being trained by another process: the one that finishes last writes the outputs
-        return None
-    records = [json.loads(run_path(plan, name, seed).read_text()) for name, _, _, seed in runs]
-    write_outputs(plan, records)
-    return records
+    return all(job[4].exists() for job in jobs)
 
 
-def _refuse_stale(plan: AblationPlan, runs: list, provenance: dict) -> None:
+def _refuse_stale(plan: AblationPlan, records: list[tuple[str, int, Path, dict]]) -> None:
+    """Raise :class:`StaleRecordsError` listing each existing record (name, seed, path, expected provenance) that
+    was not made by this code for this run."""
     stale = []
-    for name, _, _, seed in runs:
-        path = run_path(plan, name, seed)
+    for name, seed, path, provenance in records:
         if not path.exists():
             continue
         try:
-            why = stale_reason(json.loads(path.read_text()), provenance[(name, seed)])
+            why = stale_reason(json.loads(path.read_text()), provenance)
         except (OSError, ValueError):
             why = "unreadable"
         if why is not None:
-            stale.append(f"{name} seed {seed}: {why}")
+            where = f" (sweep, {path.parent.name})" if path.parent.parent.name == name else ""
+            stale.append(f"{name} seed {seed}{where}: {why}")
     if stale:
         listed = "\n".join(f"  - {line}" for line in stale)
         raise StaleRecordsError(
@@ -237,8 +280,9 @@ def _update(progress, task_id, tokens: int) -> None:
     progress.update(task_id, completed=tokens)
 
 
-def write_outputs(plan: AblationPlan, records: list[dict]) -> None:
-    """Write ``results.csv``, ``process_metrics.csv`` (runs with process feedback), ``report.md`` and the plot."""
+def write_outputs(plan: AblationPlan, records: list[dict], sweep_records: list[dict] | None = None) -> None:
+    """Write ``results.csv``, ``process_metrics.csv`` (runs with process feedback), ``report.md`` (with the sweep's
+    account when there was one) and the plot."""
     out = Path(plan.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "results.csv", "w", newline="") as f:
@@ -252,11 +296,11 @@ def write_outputs(plan: AblationPlan, records: list[dict]) -> None:
             writer.writerow(["name", "seed", "step", *PROCESS_KEYS])
             for name, seed, entry in logged:
                 writer.writerow([name, seed, entry.get("step"), *(entry.get(k, "") for k in PROCESS_KEYS)])
-    (out / "report.md").write_text(report(plan, records))
+    (out / "report.md").write_text(report(plan, records, sweep_records or []))
     plot(records, out / "pass_rate_vs_tokens.png")
 
 
-def report(plan: AblationPlan, records: list[dict]) -> str:
+def report(plan: AblationPlan, records: list[dict], sweep_records: list[dict] | None = None) -> str:
     """The Markdown report: each variant vs the baseline (paired by seed), contrasts, diagnostics, caveats."""
     base_name = plan.baseline.get("name", "baseline")
     by_name: dict[str, dict[int, dict]] = {}
@@ -297,6 +341,7 @@ def report(plan: AblationPlan, records: list[dict]) -> str:
         "reaches the budget, and the learning-curve area is cut at the budget).",
     ]
     lines += contrast_section(plan, by_name)
+    lines += sweep_section(plan, sweep_records or [])
     lines += diagnostics_section(by_name)
     lines += [
         "",
