@@ -111,4 +111,22 @@ def test_the_report_shows_each_variants_overshoot_of_the_budget(tmp_path):
     records[1]["generated_tokens"] = 1046  # a variant that went 4.6% past the budget
     text = report(plan, records)
     assert "| gen. tokens | overshoot |" in text
-    assert "| 1,000 | +0.0% |" in text and "| 1,046 | +4.6% |" in text
+    assert "| 1,000 | +0.0% |" in text and "| 1,046 | +4.6% |" in text  # (fake records: no steps, no rounds)
+    for r in records:
+        r["steps"] = 10  # one step per round: 100 tokens per round for the baseline
+    text = report(plan, records)
+    assert "| 1,000 | +0.0%, max 0.00 round |" in text and "| 1,046 | +4.6%, max 0.46 round |" in text
+    assert "one round of the baseline: 100 generated tokens" in text
+    assert "Every run of every variant stopped within one plain round of the budget." in text
+    records[1]["generated_tokens"] = 1101
+    assert "Past the budget by more than one plain round: loo." in report(plan, records)
+
+
+def test_the_readmes_ablation_commands_name_shipped_plans_that_train_on_a_clean_clone():
+    import re
+
+    commands = re.findall(r"trl-loo-gspo ablate (recipes/ablations/[\w.-]+\.yaml)", (REPO / "README.md").read_text())
+    assert "recipes/ablations/study.yaml" in commands
+    for plan_file in set(commands):
+        plan = AblationPlan.from_yaml(REPO / plan_file)  # loads and checks every run's config
+        assert not plan.output_dir.startswith("docs")  # (and nothing is committed there: the test above)

@@ -179,3 +179,12 @@ def test_a_tiny_real_sweep_scores_on_the_tuning_split_then_trains_at_the_choice(
     assert {r["name"]: r["overrides"]["learning_rate"] for r in records} == chosen
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## Learning rate per variant (sweep on the tuning split)" in report
+
+
+def test_a_task_without_a_tuning_split_keeps_its_policy_cache_key():
+    from trl_loo_gspo.demo.policy import PolicySpec
+
+    # (keys written before the tuning fields existed: the demo's seed-0 policy, the mixed ablation's seed-0 policy)
+    assert PolicySpec(task=AdditionTask(seed=0), seed=0).key() == "7d464322fecc0b60"
+    assert PolicySpec(task=MixedSumTask(seed=0), seed=0).key() == "b7af2e26841421b2"
+    assert PolicySpec(task=AdditionTask(seed=0, tuning_pairs=5), seed=0).key() != "7d464322fecc0b60"

@@ -54,6 +54,9 @@ class PolicySpec:
 
     def key(self) -> str:
         payload = {"format": POLICY_FORMAT, **asdict(self)}
+        for name in ("tuning_pairs", "tuning_per_terms"):  # a task without a tuning split keeps its earlier key
+            if payload["task"].get(name) == 0:
+                del payload["task"][name]
         if not isinstance(self.task, AdditionTask):  # (addition keys stay as they were: existing caches stay valid)
             payload["task_kind"] = self.task.policy_name
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]

@@ -126,6 +126,7 @@ def _train_to_budget(budget, trainer, validation_cb, verifier, name, overrides, 
         "generated_tokens": trainer.generated_tokens_total,
         "effective_tokens": getattr(trainer, "effective_tokens_total", None),
         "steps": trainer.state.global_step,
+        "steps_per_generation": getattr(trainer.args, "steps_per_generation", None),
         "seconds": round(seconds, 1),
         "clip_fraction": mean_of("clip_ratio/region_answers")
         if "clip_ratio/region_answers" in (logs[0] if logs else {})
@@ -307,6 +308,7 @@ def report(plan: AblationPlan, records: list[dict], sweep_records: list[dict] | 
     for r in records:
         by_name.setdefault(r["name"], {})[r["seed"]] = r
     baseline = by_name.get(base_name, {})
+    round_tokens = plain_round_tokens(plan, baseline)
     lines = [
         f"# Ablation report: {plan.task}, {plan.rollout_tokens:,} rollout tokens per run, seeds {plan.seeds}",
         "",
@@ -323,6 +325,9 @@ def report(plan: AblationPlan, records: list[dict], sweep_records: list[dict] | 
         mean_final = sum(final.values()) / len(final)
         gen = sum(r["generated_tokens"] for r in runs.values()) / len(runs)
         over = f"{gen / plan.rollout_tokens - 1:+.1%}"  # generated tokens past the equal budget
+        if round_tokens:
+            worst = max(r["generated_tokens"] - plan.rollout_tokens for r in runs.values()) / round_tokens
+            over += f", max {worst:.2f} round"
         eff_values = [r["effective_tokens"] for r in runs.values() if r.get("effective_tokens") is not None]
         eff = f"{sum(eff_values) / len(eff_values):,.0f}" if eff_values else "—"
         if name == base_name:
@@ -338,7 +343,13 @@ def report(plan: AblationPlan, records: list[dict], sweep_records: list[dict] | 
         "MDE: the smallest paired difference this many seeds detects with 80% power at the 5% level, given the "
         "spread of the observed differences; seeds for Δ: how many seeds would make the observed Δ detectable; "
         "overshoot: generated tokens past the budget (mean over seeds; a run stops at the end of the step that "
-        "reaches the budget, and the learning-curve area is cut at the budget).",
+        "reaches the budget, and the learning-curve area is cut at the budget)"
+        + (
+            f", and the largest over seeds in plain generation rounds (one round of the baseline: {round_tokens:,.0f} "
+            f"generated tokens on average). {_within_one_round(plan, by_name, round_tokens)}"
+            if round_tokens
+            else "."
+        ),
     ]
     lines += contrast_section(plan, by_name)
     lines += sweep_section(plan, sweep_records or [])
@@ -353,6 +364,28 @@ def report(plan: AblationPlan, records: list[dict], sweep_records: list[dict] | 
     ]
     lines += process_section(records)
     return "\n".join(lines) + "\n"
+
+
+def plain_round_tokens(plan: AblationPlan, baseline: dict[int, dict]) -> float | None:
+    """Generated tokens of one generation round of the baseline (mean over its seeds): the unit "one plain step"
+    of the equal-budget rule; ``None`` without baseline runs."""
+    per_round = []
+    for r in baseline.values():
+        spg = r.get("steps_per_generation") or plan.common.get("steps_per_generation") or 1
+        if r.get("steps"):
+            per_round.append(r["generated_tokens"] / (r["steps"] / spg))
+    return sum(per_round) / len(per_round) if per_round else None
+
+
+def _within_one_round(plan: AblationPlan, by_name: dict[str, dict[int, dict]], round_tokens: float) -> str:
+    over = sorted(
+        name
+        for name, runs in by_name.items()
+        if max(r["generated_tokens"] for r in runs.values()) - plan.rollout_tokens > round_tokens
+    )
+    if over:
+        return f"Past the budget by more than one plain round: {', '.join(over)}."
+    return "Every run of every variant stopped within one plain round of the budget."
 
 
 def _paired_cells(a: dict[int, dict], b: dict[int, dict]) -> tuple[int, str]:
