@@ -306,10 +306,7 @@ def run(script_args: LooGspoScriptArguments, training_args: LooGspoConfig, model
     else:
         trainer.save_model(training_args.output_dir)
         trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
-    # Finish the trackers and destroy the process group (``Trainer.end`` in transformers >= 5.18 does this): a gloo
+    # Finish the trackers and destroy the process group (all that ``Trainer.end``, transformers >= 5.18, does): a gloo
     # process that exits with the group alive can abort at interpreter exit after a finished run.
-    if hasattr(trainer, "end"):
-        trainer.end()
-    else:
-        trainer.accelerator.end_training()
+    trainer.accelerator.end_training()
     return trainer
