@@ -4,9 +4,12 @@ For each seed, builds (or loads from the cache) the warm-started policy of ``dem
 ``trl-loo-gspo ablate`` does, samples K answers per problem for the first N training problems as training samples
 them (temperature 1, top-k and top-p off), and reports the fraction of degenerate groups (all right or all wrong:
 what dynamic sampling filters), per number of terms, and the spread of answer lengths in tokens (what token-total
-aggregation weights by). The same for the validation split, to show it has the same mix. Usage::
+aggregation weights by), and the fraction of answers at the generation limit. The same for the validation split,
+to show it has the same mix. ``--options`` sets the task's fields as an ablation plan's ``task_options`` does (e.g.
+the chained-addition task of ``recipes/ablations/chain-study.yaml``). Usage::
 
     python benchmarks/mixed_task_profile.py [--seeds 0 1 2 3 4] [--problems 512] [--k 8] [--json OUT.json]
+        [--options '{"min_terms": 2, "max_terms": 4, "max_operand": 99}']
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from trl_loo_gspo.demo.mixed import MixedSumTask, group_profile  # noqa: E402
 from trl_loo_gspo.demo.policy import PolicySpec, load_or_build_policy  # noqa: E402
 
 
-def profile_seed(seed: int, problems: int, k: int) -> dict:
-    task = MixedSumTask(seed=seed)
+def profile_seed(seed: int, problems: int, k: int, options: dict | None = None, split_seed: int | None = None) -> dict:
+    task = MixedSumTask(**{**(options or {}), "seed": seed if split_seed is None else split_seed})
     start = time.perf_counter()
     policy, tokenizer, info = load_or_build_policy(PolicySpec(task=task, seed=seed), log=lambda _: None)
     built = time.perf_counter() - start
@@ -41,7 +44,7 @@ def profile_seed(seed: int, problems: int, k: int) -> dict:
     for name, split in zip(("train", "validation"), task.splits(), strict=True):
         rows = split.select(range(min(problems, len(split))))
         scores, lengths = sample_groups(policy, tokenizer, rows, k, task.max_new_tokens, task.score, seed=seed)
-        out[name] = group_profile(scores, lengths, list(rows["terms"]))
+        out[name] = group_profile(scores, lengths, list(rows["terms"]), task.max_new_tokens)
     return out
 
 
@@ -51,11 +54,15 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=512)
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--json", default=None, help="also write the profiles here")
+    parser.add_argument("--options", default="{}", help="the task's fields as JSON (a plan's task_options)")
+    parser.add_argument(
+        "--split-seed", type=int, default=None, help="one data split for every seed (a plan's split_seed)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     profiles = []
     for seed in args.seeds:
-        p = profile_seed(seed, args.problems, args.k)
+        p = profile_seed(seed, args.problems, args.k, json.loads(args.options), args.split_seed)
         profiles.append(p)
         tr, va = p["train"], p["validation"]
         per = "  ".join(
@@ -67,14 +74,16 @@ def main() -> None:
             f"(all right {tr['all_right']:.3f}, all wrong {tr['all_wrong']:.3f}); validation degenerate "
             f"{va['degenerate']:.3f}; answer length p10/p50/p90 {tr['length_tokens']['p10']:.0f}/"
             f"{tr['length_tokens']['p50']:.0f}/{tr['length_tokens']['p90']:.0f} tokens "
-            f"(p90/p10 {tr['length_p90_over_p10']:.1f}, range {tr['length_min_max']})\n    {per}",
+            f"(p90/p10 {tr['length_p90_over_p10']:.1f}, range {tr['length_min_max']}, at the limit "
+            f"{tr['at_length_limit']:.3f})\n    {per}",
             flush=True,
         )
     mean = sum(p["train"]["degenerate"] for p in profiles) / len(profiles)
     print(f"mean starting degenerate fraction (train, K={args.k}): {mean:.3f} over {len(profiles)} seeds")
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"k": args.k, "problems": args.problems, "profiles": profiles}, handle, indent=2)
+            record = {"k": args.k, "problems": args.problems, "options": json.loads(args.options)}
+            json.dump({**record, "split_seed": args.split_seed, "profiles": profiles}, handle, indent=2)
 
 
 if __name__ == "__main__":

@@ -130,3 +130,30 @@ def test_the_readmes_ablation_commands_name_shipped_plans_that_train_on_a_clean_
     for plan_file in set(commands):
         plan = AblationPlan.from_yaml(REPO / plan_file)  # loads and checks every run's config
         assert not plan.output_dir.startswith("docs")  # (and nothing is committed there: the test above)
+
+
+def test_the_source_hash_covers_training_code_but_not_the_report_only_modules(tmp_path, monkeypatch):
+    """A report can be rewritten from committed records after its code changes; any other edit makes them stale."""
+    import shutil
+
+    from trl_loo_gspo.experiment.ablation import provenance
+
+    copy = tmp_path / "trl_loo_gspo"
+    shutil.copytree(provenance.PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(provenance, "PACKAGE", copy)
+
+    def fresh_hash() -> str:
+        provenance.source_hash.cache_clear()
+        return provenance.source_hash()
+
+    try:
+        before = fresh_hash()
+        for module in provenance.REPORT_ONLY:
+            assert (copy / module).is_file(), module  # the list names real modules
+            (copy / module).write_text((copy / module).read_text() + "\n# edited\n")
+        assert fresh_hash() == before
+        runner = copy / "experiment" / "ablation" / "runner.py"
+        runner.write_text(runner.read_text() + "\n# edited\n")
+        assert fresh_hash() != before
+    finally:
+        provenance.source_hash.cache_clear()

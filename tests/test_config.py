@@ -176,3 +176,17 @@ def test_our_defaults_do_not_shadow_trl_fields():
     config = make()
     assert config.entropy_target == GRPOConfig.entropy_target  # TRL's adaptive-entropy target stays TRL's
     assert config.entropy_feedback_target is None
+
+
+def test_our_loss_with_a_token_ratio_is_the_token_level_control_at_trls_epsilon():
+    """loss_type='loo_gspo' named with importance_sampling_level='token' keeps our loss (advantages, aggregation,
+    denominator) and clips per token; unset, ε is TRL's 0.2 (a token ratio is not length-normalised), not 3e-4."""
+    objective = make(loss_type="loo_gspo", importance_sampling_level="token").objective
+    assert objective.uses_own_loss and objective.policy_loss == "token_clip"
+    assert (objective.epsilon_low, objective.epsilon_high) == (0.2, 0.2)
+    assert (objective.advantage_estimator, objective.loss_aggregation) == ("loo", "token_total")
+    tuned = make(loss_type="loo_gspo", importance_sampling_level="token", epsilon=0.2, epsilon_high=0.28).objective
+    assert (tuned.epsilon_low, tuned.epsilon_high) == (0.2, 0.28)
+    assert make().objective.policy_loss == "response_clip"
+    with pytest.raises(ValueError, match="importance_sampling_level='tokens' is not one of"):
+        make(loss_type="loo_gspo", importance_sampling_level="tokens")

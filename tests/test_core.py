@@ -204,3 +204,38 @@ def test_k3_kl_is_zero_at_reference_and_positive_elsewhere():
     x = torch.tensor([0.0, 0.5, -0.5], dtype=F64)
     assert loss_fns.k3_kl(x, x).tolist() == [0.0, 0.0, 0.0]
     assert (loss_fns.k3_kl(x, torch.zeros(3, dtype=F64))[1:] > 0).all()
+
+
+def test_token_clip_loss_by_hand_float64():
+    """The token-level control (token_clip): one clip decision per token. Two answers, advantages [+1, −1], token
+    ratios [1.1, 1.5] (valid) and [0.5, 0.9, pad]; ε = 0.2: token losses [−1.1, −1.2] and [0.8, 0.9], so
+    ℓ = [−1.15, 0.85]; the second token of answer 1 (1.5 > 1.2, Â > 0) and the first of answer 2 (0.5 < 0.8, Â < 0)
+    are clipped; token-total aggregation gives DAPO's (−1.1 − 1.2 + 0.8 + 0.9) / 4 = −0.15."""
+    old = torch.zeros(2, 3, dtype=torch.float64)
+    logps = torch.log(torch.tensor([[1.1, 1.5, 1.0], [0.5, 0.9, 1.0]], dtype=torch.float64)).requires_grad_()
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0]], dtype=torch.float64)
+    out = loss_fns.LOSSES["token_clip"](logps, old, torch.tensor([1.0, -1.0], dtype=torch.float64), mask,
+                                        loss_fns.ClipRange(0.2, 0.2))  # fmt: skip
+    torch.testing.assert_close(out.losses, torch.tensor([-1.15, 0.85], dtype=torch.float64))
+    assert out.token_clipped_high.tolist() == [[False, True, False], [False, False, False]]
+    assert out.token_clipped_low.tolist() == [[False, False, False], [True, False, False]]
+    assert out.clipped_high.tolist() == [True, False] and out.clipped_low.tolist() == [False, True]
+    rows = aggregation.row_losses(out.losses, mask, out.process_term)
+    total = aggregation.agg_loss(rows, mask.sum(-1), "token_total", mask.sum())
+    assert abs(total.item() - (-0.15)) < 1e-12
+    total.backward()
+    # d/d logp of −r·Â = −r·Â on unclipped tokens, 0 on clipped ones; divided by the 4 tokens
+    expected = torch.tensor([[-1.1, 0.0, 0.0], [0.0, 0.9, 0.0]], dtype=torch.float64) / 4
+    torch.testing.assert_close(logps.grad, expected)
+
+
+def test_token_clip_per_token_weights_multiply_each_tokens_own_loss():
+    """With per-token factors (vLLM's importance weights) the row is Σ_t w_t ℓ_{i,t} / T_i, not ℓ_i · mean w."""
+    old = torch.zeros(1, 2, dtype=torch.float64)
+    logps = torch.log(torch.tensor([[1.1, 0.9]], dtype=torch.float64))
+    mask = torch.ones(1, 2, dtype=torch.float64)
+    out = loss_fns.LOSSES["token_clip"](logps, old, torch.tensor([1.0], dtype=torch.float64), mask,
+                                        loss_fns.ClipRange(0.2, 0.2))  # fmt: skip
+    weights = torch.tensor([[2.0, 0.0]], dtype=torch.float64)
+    row = aggregation.row_losses(out.losses, mask, out.process_term, token_weights=weights)
+    torch.testing.assert_close(row, torch.tensor([2.0 * -1.1 / 2], dtype=torch.float64))

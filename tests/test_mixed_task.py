@@ -109,3 +109,36 @@ def test_the_shipped_mixed_plan_updates_off_policy_so_that_clipping_can_act():
         args = run_args(plan, variant["name"], variant["config"], False, 0)
         assert args.steps_per_generation > args.gradient_accumulation_steps  # several updates per generation round
         assert args.generation_batch_size == 256 and args.num_generations == 8
+
+
+def test_chained_addition_settings_draw_min_to_max_terms_of_bounded_operands():
+    """The study's chained-addition task (min_terms, max_operand): 2–4 terms of 0–99, disjoint by multiset, every
+    answer a worked chain of 1–3 steps; fields at their defaults keep the earlier task and its policy cache key."""
+    task = MixedSumTask(min_terms=2, max_terms=4, max_operand=99, train_per_terms=400, validation_per_terms=160,
+                        tuning_per_terms=160)  # fmt: skip
+    train, validation = task.splits()
+    tuning = task.tuning_split()
+    assert Counter(train["terms"]) == {2: 400, 3: 400, 4: 400} and Counter(validation["terms"]) == {
+        2: 160,
+        3: 160,
+        4: 160,
+    }
+    assert max(n for o in train["operands"] for n in o) == 99 and min(n for o in train["operands"] for n in o) == 0
+    key = lambda operands: tuple(sorted(operands))  # noqa: E731
+    sets = [{key(o) for o in split["operands"]} for split in (train, validation, tuning)]
+    assert not (sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2])
+    assert all(task.score(row["solution"], row) == 1.0 for row in validation)
+    assert {row["solution"].count(";") for row in validation} == {0, 1, 2}
+    assert max(len(s) + 1 for s in train["solution"]) <= task.max_new_tokens == 3 * 12 + 1
+    assert PolicySpec(task=MixedSumTask()).key() == PolicySpec(task=MixedSumTask(min_terms=1)).key()
+    assert PolicySpec(task=task).key() != PolicySpec(task=MixedSumTask(min_terms=2, max_operand=99)).key()
+
+
+def test_chained_addition_capacity_is_checked_on_the_smallest_number_of_terms():
+    # 2 terms of 0–9: 55 distinct multisets
+    with pytest.raises(ValueError, match=r"<= 55 \(the distinct problems of 2 term"):
+        MixedSumTask(min_terms=2, max_operand=9, train_per_terms=50, validation_per_terms=6)
+    with pytest.raises(ValueError, match="min_terms"):
+        MixedSumTask(min_terms=3, max_terms=2)
+    with pytest.raises(ValueError, match="max_operand"):
+        MixedSumTask(max_operand=0)

@@ -68,6 +68,21 @@ def test_trl_gspo_form_of_dapo_runs_through_our_exact_loss(tmp_path):
     assert_same_run(ours, stock, model0)
 
 
+def test_our_token_level_control_equals_trl_dapo_when_s_equals_ga(tmp_path):
+    """loss_type='loo_gspo' with importance_sampling_level='token' (our token_clip loss, token-total aggregation) is
+    DAPO's token-level loss: with TRL's advantages (scale_rewards='group') and TRL's epsilon it trains exactly what
+    stock TRL's dapo trains when S = GA (the ablation's "response-level → token-level ratio" on our loss path)."""
+    common = dict(importance_sampling_level="token", num_iterations=2, max_steps=2, epsilon=0.02, epsilon_high=0.03)
+    ours, model0 = run(
+        LooGspoTrainer, LooGspoConfig, tmp_path / "ours", loss_type="loo_gspo", scale_rewards="group", **common
+    )
+    stock, _ = run(GRPOTrainer, GRPOConfig, tmp_path / "stock", loss_type="dapo", **common)
+    assert ours.args.uses_own_loss and ours.objective.policy_loss == "token_clip"
+    assert_same_run(ours, stock, model0)
+    clipped = [h["clip_ratio/region_tokens"] for h in ours.state.log_history if "clip_ratio/region_tokens" in h]
+    assert any(c > 0 for c in clipped)  # the off-policy step clipped some tokens: the clip branch was compared
+
+
 @pytest.mark.parametrize(("steps", "ga"), [(4, 2), (1, 3)], ids=["S=2GA", "S<GA-rescale"])
 def test_trl_gspo_form_of_dapo_is_exact_when_s_differs_from_ga(tmp_path, steps, ga):
     """Where stock TRL's dapo denominator is a window average (tests/test_trainer_loss.py), ours is the step's count:

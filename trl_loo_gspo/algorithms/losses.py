@@ -33,9 +33,12 @@ class PolicyLoss:
         losses: ``(N,)`` response-level loss ℓ_i (to minimise).
         process_term: ``(N, T)`` per-token ℓ_i,t − ℓ_i of token-level advantages (§6), or ``None``.
         ratio: ``(N,)`` the importance ratio the loss clipped (GSPO's ``s_i``).
-        clipped_low: ``(N,)`` bool, answers on the lower clipped (zero-gradient) branch.
-        clipped_high: ``(N,)`` bool, answers on the upper clipped branch.
+        clipped_low: ``(N,)`` bool, answers on the lower clipped (zero-gradient) branch (a token-level loss: answers
+            with at least one token on it).
+        clipped_high: ``(N,)`` bool, answers on the upper clipped branch (likewise).
         guard: ``(N,)`` bool where the §5.1 guard fired, or ``None`` when it is off.
+        token_clipped_low, token_clipped_high: ``(N, T)`` bool, tokens on the clipped branches, for a loss that
+            clips per token; ``None`` for a response-level loss (every valid token of a clipped answer counts).
     """
 
     losses: torch.Tensor
@@ -44,6 +47,8 @@ class PolicyLoss:
     clipped_low: torch.Tensor
     clipped_high: torch.Tensor
     guard: torch.Tensor | None
+    token_clipped_low: torch.Tensor | None = None
+    token_clipped_high: torch.Tensor | None = None
 
 
 LossFunction = Callable[
@@ -180,3 +185,41 @@ def response_clip_loss(
         process_term = token_losses - losses.unsqueeze(1)
     low, high = clip_masks(s.detach(), advantages, clip.epsilon_low, clip.epsilon_high)
     return PolicyLoss(losses, process_term, s, low, high, guard)
+
+
+@register_loss("token_clip")
+def token_clip_loss(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip: ClipRange,
+    process_advantages: torch.Tensor | None = None,
+) -> PolicyLoss:
+    """The token-level control of §3.2 on our loss path: PPO/DAPO's per-token ratio ``r_{i,t}``, clipped per token
+    (after the optional outer guard, per token in the log domain), with our advantages and aggregation.
+
+    ``ℓ_{i,t} = −min(r_{i,t} Â_{i,t}, clip(r_{i,t}, 1−ε_low, 1+ε_high) Â_{i,t})`` and ``ℓ_i`` is its mean over the
+    answer's valid tokens, so that ``T_i ℓ_i = Σ_t ℓ_{i,t}``: token-total aggregation then gives DAPO's token-level
+    loss exactly, and the process term carries each token's own loss (per-token factors such as vLLM's importance
+    weights multiply ``ℓ_{i,t}``, not ``ℓ_i``). ``ratio`` is the geometric mean of the token ratios (for the logs).
+    """
+    fmask = mask.to(logps.dtype)
+    log_r = logps - old_logps
+    guard = None
+    if clip.log_ratio_clamp is not None:
+        log_r, fired = clamp_log_ratio(log_r, clip.log_ratio_clamp)
+        guard = (fired & mask.bool()).any(-1)
+    r = torch.exp(log_r)
+    token_advantages = advantages.unsqueeze(1).expand_as(r)
+    if process_advantages is not None:
+        token_advantages = token_advantages + process_advantages
+    clipped = torch.clamp(r, 1.0 - clip.epsilon_low, 1.0 + clip.epsilon_high)
+    # §3.2 control: token-level clipped surrogate (one clipping decision per token)
+    token_losses = -torch.minimum(r * token_advantages, clipped * token_advantages)
+    losses = (token_losses * fmask).sum(-1) / fmask.sum(-1).clamp(min=1.0)
+    low, high = clip_masks(r.detach(), token_advantages, clip.epsilon_low, clip.epsilon_high)
+    valid = mask.bool()
+    low, high = low & valid, high & valid
+    ratio = torch.exp((log_r.detach() * fmask).sum(-1) / fmask.sum(-1).clamp(min=1.0))
+    return PolicyLoss(losses, token_losses - losses.unsqueeze(1), ratio, low.any(-1), high.any(-1), guard, low, high)

@@ -289,7 +289,8 @@ class LooGspoConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "'sequence' (GSPO's geometric-mean ratio) or 'token'. None = 'sequence' with our loss, TRL's "
-            "'token' otherwise. Our loss needs 'sequence'."
+            "'token' otherwise. With loss_type='loo_gspo' set, 'token' is our loss's token-level control (a ratio "
+            "and a clip per token, TRL's epsilon 0.2 unless set; docs/method.md §3.2)."
         },
     )
     scale_rewards: str | None = field(

@@ -35,8 +35,11 @@ TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "
 #: ``advantage_estimator`` value that keeps TRL's advantages.
 TRL_ADVANTAGES = "trl"
 LOSS_AGGREGATIONS = tuple(AGGREGATIONS)
-#: The policy loss (:data:`trl_loo_gspo.algorithms.losses.LOSSES`) our loss types use.
-OWN_POLICY_LOSS = "response_clip"
+#: The policy loss (:data:`trl_loo_gspo.algorithms.losses.LOSSES`) our loss uses at each importance-ratio level:
+#: GSPO's response-level clipping, or (``loss_type="loo_gspo"`` with ``importance_sampling_level="token"``) the
+#: token-level control clipped per token.
+POLICY_LOSS_BY_LEVEL = {"sequence": "response_clip", "token": "token_clip"}
+OWN_POLICY_LOSS = POLICY_LOSS_BY_LEVEL["sequence"]
 
 # GSPO's clip range for the length-normalised sequence ratio (docs/method.md §3.2).
 GSPO_EPSILON_LOW, GSPO_EPSILON_HIGH = 3e-4, 4e-4
@@ -138,6 +141,9 @@ def resolve(config: Any) -> Objective:
     if loss_type not in (LOSS_TYPE, *TRL_LOSS_TYPES):
         raise ValueError(f"loss_type={loss_type!r} is not one of {(LOSS_TYPE, *TRL_LOSS_TYPES)}.")
     ours = loss_type == LOSS_TYPE
+    if ours and config.loss_type == LOSS_TYPE:
+        # asked for by name, our loss computes the token-level ratio too (the token_clip policy loss)
+        options = [o for o in options if not o.startswith("importance_sampling_level=")]
     if ours and options:
         raise ValueError(
             f"loss_type={LOSS_TYPE!r} contradicts {options[0]}: that is an option of TRL's losses, which "
@@ -147,12 +153,18 @@ def resolve(config: Any) -> Objective:
 
     # Clip range and ratio level: GSPO's scale with our loss, TRL's defaults (and TRL's epsilon_high rule) with TRL's.
     if ours:
-        epsilon_low = GSPO_EPSILON_LOW if config.epsilon is None else config.epsilon
+        level = "sequence" if config.importance_sampling_level is None else config.importance_sampling_level
+        if level not in POLICY_LOSS_BY_LEVEL:
+            raise ValueError(f"importance_sampling_level={level!r} is not one of {tuple(POLICY_LOSS_BY_LEVEL)}.")
+        # a token ratio is not length-normalised: unset, its clip range is TRL's (0.2), not GSPO's 3e-4 / 4e-4
+        default_low, default_high = (GSPO_EPSILON_LOW, GSPO_EPSILON_HIGH) if level == "sequence" else (None, None)
+        if default_low is None:
+            default_low = default_high = trl_default("epsilon")
+        epsilon_low = default_low if config.epsilon is None else config.epsilon
         if config.epsilon_high is not None:
             epsilon_high = config.epsilon_high
         else:
-            epsilon_high = GSPO_EPSILON_HIGH if config.epsilon is None else config.epsilon
-        level = "sequence" if config.importance_sampling_level is None else config.importance_sampling_level
+            epsilon_high = default_high if config.epsilon is None else config.epsilon
     else:
         epsilon_low = trl_default("epsilon") if config.epsilon is None else config.epsilon
         epsilon_high = epsilon_low if config.epsilon_high is None else config.epsilon_high
@@ -230,7 +242,7 @@ def resolve(config: Any) -> Objective:
     return Objective(
         loss_type=loss_type,
         uses_own_loss=own_loss,
-        policy_loss=OWN_POLICY_LOSS if own_loss else None,
+        policy_loss=POLICY_LOSS_BY_LEVEL[level] if own_loss else None,
         loss_aggregation=aggregation if own_loss else None,
         advantage_estimator=estimator,
         importance_sampling_level=level,

@@ -26,6 +26,7 @@ a learning rate per variant: :meth:`MixedSumTask.tuning_split`), so that the val
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -38,9 +39,11 @@ from .multistep import _row, final_score
 @dataclass(frozen=True)
 class MixedSumTask:
     """Settings of the mixed-difficulty sum task: ``train_per_terms`` / ``validation_per_terms`` /
-    ``tuning_per_terms`` problems for each number of terms 1 … ``max_terms``, numbers of 1 … ``max_digits`` digits
-    (digit count uniform, then the value). ``tuning_per_terms = 0`` (the default) holds out no tuning split, and the
-    other two splits are exactly those of a task without the field."""
+    ``tuning_per_terms`` problems for each number of terms ``min_terms`` … ``max_terms``, numbers of 1 …
+    ``max_digits`` digits (digit count uniform, then the value) or, with ``max_operand`` set, uniform in
+    0 … ``max_operand`` (the chained-addition task: e.g. 2–4 terms of 0–99, every answer a worked chain of steps).
+    ``tuning_per_terms = 0`` (the default) holds out no tuning split; with the defaults of ``min_terms`` and
+    ``max_operand`` the splits are exactly those of a task without these fields."""
 
     max_terms: int = 4
     max_digits: int = 3
@@ -48,6 +51,8 @@ class MixedSumTask:
     validation_per_terms: int = 100
     seed: int = 0
     tuning_per_terms: int = 0
+    min_terms: int = 1
+    max_operand: int | None = None
 
     #: The policy's character set and the cache folder prefix (see ``demo.policy``).
     alphabet = "0123456789+=;"
@@ -57,19 +62,35 @@ class MixedSumTask:
         if not 1 <= self.max_terms <= 4 or not 1 <= self.max_digits <= 3:
             raise ValueError(f"max_terms must be in [1, 4] and max_digits in [1, 3], got {self.max_terms}, "
                              f"{self.max_digits}")  # fmt: skip
-        capacity = 10**self.max_digits  # distinct one-term problems: 0 … 10**max_digits − 1
+        if not 1 <= self.min_terms <= self.max_terms:
+            raise ValueError(f"min_terms must be in [1, max_terms={self.max_terms}], got {self.min_terms}")
+        if self.max_operand is not None and not 1 <= self.max_operand <= 999:
+            raise ValueError(
+                f"max_operand must be in [1, 999] (or None: numbers by digit count), got {self.max_operand}"
+            )
         if self.train_per_terms <= 0 or self.validation_per_terms <= 0 or self.tuning_per_terms < 0:
             raise ValueError("train_per_terms and validation_per_terms must be > 0, tuning_per_terms >= 0")
-        if self.train_per_terms + self.validation_per_terms + self.tuning_per_terms > capacity:
+        wanted = self.train_per_terms + self.validation_per_terms + self.tuning_per_terms
+        capacity = self._distinct_problems(self.min_terms)
+        if wanted > capacity:
             raise ValueError(
-                "train_per_terms + validation_per_terms + tuning_per_terms must be <= "
-                f"{capacity} (the distinct one-term problems)"
+                f"train_per_terms + validation_per_terms + tuning_per_terms must be <= {capacity} (the distinct "
+                f"problems of {self.min_terms} term(s)), got {wanted}"
             )
+
+    def _distinct_problems(self, terms: int) -> int:
+        """Distinct multisets of ``terms`` numbers (the unit of the split)."""
+        values = 10**self.max_digits if self.max_operand is None else self.max_operand + 1
+        return math.comb(values + terms - 1, terms)
+
+    @property
+    def largest_operand(self) -> int:
+        return 10**self.max_digits - 1 if self.max_operand is None else self.max_operand
 
     @property
     def max_new_tokens(self) -> int:
         """Enough characters for every step of the largest problem, plus the end-of-sequence token."""
-        width = len(str((10**self.max_digits - 1) * self.max_terms))
+        width = len(str(self.largest_operand * self.max_terms))
         return max(self.max_terms - 1, 1) * (3 * width + 3) + 1
 
     def settings(self) -> dict:
@@ -98,7 +119,7 @@ class MixedSumTask:
         validation: list[dict[str, Any]] = []
         tuning: list[dict[str, Any]] = []
         held_out = self.validation_per_terms + self.tuning_per_terms
-        for terms in range(1, self.max_terms + 1):
+        for terms in range(self.min_terms, self.max_terms + 1):
             seen: set[tuple[int, ...]] = set()
             rows: list[dict[str, Any]] = []
             while len(rows) < self.train_per_terms + held_out:
@@ -118,6 +139,8 @@ class MixedSumTask:
         return train, validation, tuning
 
     def _number(self, rng: random.Random) -> int:
+        if self.max_operand is not None:
+            return rng.randint(0, self.max_operand)
         digits = rng.randint(1, self.max_digits)
         return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
 
@@ -134,13 +157,16 @@ def _problem(numbers: list[int]) -> dict[str, Any]:
     return {**row, "terms": len(numbers)}
 
 
-def group_profile(scores: list[list[float]], lengths: list[list[int]], labels: list[Any]) -> dict[str, Any]:
+def group_profile(
+    scores: list[list[float]], lengths: list[list[int]], labels: list[Any], max_length: int | None = None
+) -> dict[str, Any]:
     """What dynamic sampling and token-total aggregation have to act on, from sampled groups.
 
     ``scores[i]`` / ``lengths[i]``: the answers of problem i (scores, valid lengths in tokens); ``labels[i]``: its
     stratum (e.g. the number of terms). Returns the fraction of degenerate groups (all scores equal: all right or
     all wrong) overall and per label, the pass rate per label, and the spread of answer lengths (percentiles and
-    the ratio of the 90th to the 10th percentile).
+    the ratio of the 90th to the 10th percentile); with ``max_length`` (the generation limit) also the fraction of
+    answers that reached it (truncated, or ended exactly at the limit).
     """
 
     def share(groups: list[list[float]], test) -> float:
@@ -164,6 +190,8 @@ def group_profile(scores: list[list[float]], lengths: list[list[int]], labels: l
         "length_min_max": [min(flat), max(flat)],
         "per_label": {},
     }
+    if max_length is not None:
+        profile["at_length_limit"] = sum(n >= max_length for n in flat) / len(flat)
     profile["length_p90_over_p10"] = profile["length_tokens"]["p90"] / max(profile["length_tokens"]["p10"], 1.0)
     for label, rows in sorted(by_label.items()):
         groups = [scores[i] for i in rows]

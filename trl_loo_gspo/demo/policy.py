@@ -54,8 +54,9 @@ class PolicySpec:
 
     def key(self) -> str:
         payload = {"format": POLICY_FORMAT, **asdict(self)}
-        for name in ("tuning_pairs", "tuning_per_terms"):  # a task without a tuning split keeps its earlier key
-            if payload["task"].get(name) == 0:
+        # fields added to a task later keep the keys (and caches) of tasks that leave them at their default
+        for name, default in (("tuning_pairs", 0), ("tuning_per_terms", 0), ("min_terms", 1), ("max_operand", None)):
+            if name in payload["task"] and payload["task"][name] == default:
                 del payload["task"][name]
         if not isinstance(self.task, AdditionTask):  # (addition keys stay as they were: existing caches stay valid)
             payload["task_kind"] = self.task.policy_name

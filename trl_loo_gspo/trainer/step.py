@@ -53,6 +53,10 @@ def log_round(
     group_ids = round_data.group_ids.to(rewards.device)
     signal = group_has_signal(rewards[real], group_ids[real], atol=signal_tolerance)
     metrics["groups/frac_with_signal"].append(signal.float().mean().item() if signal.numel() else 0.0)
+    # group sizes K of the round's real rows (they vary with adaptive_group_size: LOO's K/(K−1) then varies too)
+    sizes = torch.unique(group_ids[real], return_counts=True)[1].to(torch.float64)
+    metrics["groups/size_mean"].append(sizes.mean().item() if sizes.numel() else 0.0)
+    metrics["groups/size_sd"].append(sizes.std().item() if sizes.numel() > 1 else 0.0)
     scored = all_advantages[~torch.isnan(rewards)]
     metrics["advantages/mean"].append(scored.mean().item() if scored.numel() else 0.0)
     metrics["advantages/std"].append(scored.std().item() if scored.numel() > 1 else 0.0)
@@ -130,14 +134,19 @@ def loss_stats(
     s = policy.ratio.detach().to(torch.float64)
     low, high = policy.clipped_low & valid, policy.clipped_high & valid
     lengths = lengths.to(torch.float64)
+    if policy.token_clipped_low is None:  # response-level: every valid token of a clipped answer
+        low_tokens, high_tokens = (lengths * low).sum(), (lengths * high).sum()
+    else:  # the loss clips per token
+        low_tokens = (policy.token_clipped_low.to(fmask.dtype) * fmask).sum()
+        high_tokens = (policy.token_clipped_high.to(fmask.dtype) * fmask).sum()
     zero = torch.zeros((), dtype=torch.float64, device=s.device)
     values = [
         valid.sum(),
         lengths.sum(),
         low.sum(),
         high.sum(),
-        (lengths * low).sum(),
-        (lengths * high).sum(),
+        low_tokens,
+        high_tokens,
         (policy.guard & valid).sum() if policy.guard is not None else zero,
         torch.where(valid, s, zero).sum(),
         (entropies * fmask).sum(),

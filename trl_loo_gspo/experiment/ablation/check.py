@@ -11,7 +11,7 @@ from dataclasses import fields
 from typing import Any
 
 BASELINE_KEYS = ("name", "config", "trainer")
-VARIANT_KEYS = ("name", "config")
+VARIANT_KEYS = ("name", "config", "base")
 
 
 def _unknown(keys: Iterable[str], allowed: Iterable[str], where: str) -> list[str]:

@@ -26,6 +26,13 @@ sums, with span signals), ``demo-mixed`` (sums of 1–4 numbers of 1–3 digits:
     baseline: {name: grpo, config: {}}        # TRL's GRPO (LooGspoConfig.stock_trl): TRL's defaults + these
     variants:                                 # each a LooGspoConfig: our defaults plus these overrides
       - {name: loo_gspo, config: {}}
+      - {name: loo_gspo-mean, base: loo_gspo, config: {advantage_estimator: group_mean}}
+    common_rate: 1.0e-4                       # optional, with a sweep: every variant also at this one rate
+
+A variant with ``base`` is an ablation of another variant: its config is the base's config (itself resolved the same
+way) with its own ``config`` on top, so the two differ in exactly the fields it names — the learning rate included:
+a sweep does not tune it, it trains at the rate its root variant chose (tuning it separately would change a second
+field).
 """
 
 from __future__ import annotations
@@ -60,6 +67,9 @@ class AblationPlan:
     task_options: dict[str, Any] = field(default_factory=dict)  # settings of the built-in task (its dataclass)
     split_seed: int | None = None  # the data split's seed for every run (None: each run's seed)
     sweep: dict[str, Any] = field(default_factory=dict)  # learning-rate sweep on the tuning split (.sweep)
+    common_rate: float | None = None  # with a sweep: every variant also trained at this one learning rate
+    primary: list[str] | None = None  # [a, b]: the pre-registered contrast a − b, tested alone (no correction)
+    eval_split: str = "validation"  # the split every run is scored on ("tuning" for a calibration plan)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> AblationPlan:
@@ -105,6 +115,27 @@ class AblationPlan:
         names = [self.baseline.get("name", "baseline")] + [v["name"] for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"run names must be unique, got {names}")
+        variants = {v["name"]: v for v in self.variants}
+        for v in self.variants:
+            base = v.get("base")
+            if base is None:
+                continue
+            if base not in variants or base == v["name"]:
+                raise ValueError(f"variant {v['name']!r}: base {base!r} is not another variant of the plan")
+            chain = [v["name"]]
+            while base is not None:  # an ablation of an ablation is fine; a cycle is not
+                if base in chain:
+                    raise ValueError(f"variant {v['name']!r}: its bases form a cycle ({' → '.join([*chain, base])})")
+                chain.append(base)
+                base = variants[base].get("base")
+        if self.primary is not None and not (
+            isinstance(self.primary, list) and len(self.primary) == 2 and all(n in names for n in self.primary)
+        ):
+            raise ValueError(f"primary is one [a, b] pair of run names (from {names}), got {self.primary!r}")
+        if self.eval_split not in ("validation", "tuning"):
+            raise ValueError(f"eval_split must be 'validation' or 'tuning', got {self.eval_split!r}")
+        if self.common_rate is not None and not (self.sweep and isinstance(self.common_rate, (int, float))):
+            raise ValueError("common_rate (a learning rate every variant also trains at) needs a sweep section")
         for pair in self.contrasts:
             if not (isinstance(pair, list) and len(pair) == 2 and all(name in names for name in pair)):
                 raise ValueError(f"contrasts entries are [a, b] pairs of run names (from {names}), got {pair!r}")
@@ -115,6 +146,8 @@ class AblationPlan:
                 demo_task(self, self.seeds[0])
             except (TypeError, ValueError) as error:
                 raise ValueError(f"task_options for {self.task}: {error}") from None
+            if self.eval_split == "tuning" and not demo_task(self, self.seeds[0])[0].has_tuning_split:
+                raise ValueError("eval_split 'tuning' needs a task with a tuning split (task_options.tuning_*)")
         if self.sweep:
             from .sweep import sweep_problems
 
@@ -128,9 +161,29 @@ class AblationPlan:
         return self.baseline.get("trainer", "grpo") == "grpo"
 
     def entries(self) -> list[tuple[str, dict[str, Any], bool]]:
-        """(name, config overrides, is_baseline): the baseline, then the variants."""
+        """(name, config overrides, is_baseline): the baseline, then the variants (an ablation's overrides are its
+        base's with its own on top)."""
         entries = [(self.baseline.get("name", "baseline"), self.baseline.get("config", {}), True)]
-        return entries + [(v["name"], v.get("config", {}), False) for v in self.variants]
+        return entries + [(v["name"], self.variant_config(v["name"]), False) for v in self.variants]
+
+    def variant_config(self, name: str) -> dict[str, Any]:
+        """A variant's overrides: its base's (recursively), then its own on top."""
+        variant = next(v for v in self.variants if v["name"] == name)
+        inherited = self.variant_config(variant["base"]) if variant.get("base") is not None else {}
+        return {**inherited, **(variant.get("config") or {})}
+
+    def bases(self) -> dict[str, str]:
+        """Each ablation's root variant (``{name: root}``): the variant at the end of its chain of bases, whose
+        learning rate it trains at."""
+        parents = {v["name"]: v.get("base") for v in self.variants}
+        roots = {}
+        for name, parent in parents.items():
+            if parent is None:
+                continue
+            while parents.get(parent) is not None:
+                parent = parents[parent]
+            roots[name] = parent
+        return roots
 
     def runs(self) -> list[tuple[str, dict[str, Any], bool, int]]:
         """(name, config overrides, is_baseline, seed), seeds outermost so that a partial ablation is balanced."""

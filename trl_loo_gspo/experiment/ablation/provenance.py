@@ -1,7 +1,8 @@
 """Where a run record came from, so that a record made by other code or for another config is never reused silently.
 
 Each record carries ``provenance``: the package version, the git commit (when the package runs from a checkout), a
-hash of the package's source files (uncommitted edits included; the check that decides), the versions of the
+hash of the package's source files (uncommitted edits included; the check that decides; the modules that only
+write the report from records are left out: :data:`REPORT_ONLY`), the versions of the
 libraries that set the training defaults (torch, transformers, TRL, peft), and a hash of everything that defines
 the run: the task, the seed, the budget and evaluation settings, the policy spec, the recipe text and flags, and the
 run's own settings (``common`` + its overrides — with the learning rate a sweep chose —, baseline or not) and the
@@ -24,12 +25,23 @@ PACKAGE = Path(__file__).resolve().parents[2]
 _LIBRARIES = ("torch", "transformers", "trl", "peft")
 
 
+#: Modules that only read run records to write the report (they train nothing and change no record), left out of
+#: the source hash so that a report can be improved and rewritten from committed records without retraining them.
+REPORT_ONLY = tuple(
+    f"experiment/ablation/{name}.py" for name in ("report", "inference", "curves", "exact", "multiplicity")
+)
+
+
 @functools.lru_cache(maxsize=1)
 def source_hash() -> str:
-    """SHA-256 over the package's ``.py`` files (relative path and bytes, in path order)."""
+    """SHA-256 over the package's ``.py`` files (relative path and bytes, in path order), except
+    :data:`REPORT_ONLY`."""
     digest = hashlib.sha256()
     for path in sorted(PACKAGE.rglob("*.py")):
-        digest.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative in REPORT_ONLY:
+            continue
+        digest.update(relative.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 

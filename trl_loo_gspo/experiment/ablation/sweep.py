@@ -57,6 +57,8 @@ def sweep_problems(plan: Any) -> list[str]:
         )
     fixed = [("common", plan.common), ("baseline", plan.baseline.get("config") or {})]
     fixed += [(f"variant {v.get('name')!r}", v.get("config") or {}) for v in plan.variants]
+    if plan.common_rate is not None and not _positive(plan.common_rate):
+        problems.append(f"common_rate: a positive learning rate, got {plan.common_rate!r}")
     problems += [f"{where}: sets learning_rate, which the sweep chooses" for where, c in fixed if "learning_rate" in c]
     return problems
 
@@ -77,17 +79,21 @@ def sweep_budget(plan: Any) -> int:
 
 
 def sweep_runs(plan: Any) -> list[tuple[str, dict[str, Any], bool, int, float]]:
-    """(name, config overrides with the learning rate, is_baseline, seed, learning rate) of every sweep run."""
+    """(name, config overrides with the learning rate, is_baseline, seed, learning rate) of every sweep run; an
+    ablation with a ``base`` has none (it trains at its base's rate)."""
+    ablations = plan.bases()
     return [
         (name, {**cfg, "learning_rate": lr}, base, seed, lr)
         for seed in plan.sweep["seeds"]
         for lr in plan.sweep["learning_rates"]
         for name, cfg, base in plan.entries()
+        if name not in ablations
     ]
 
 
 def choose(plan: Any, records: list[dict[str, Any]]) -> dict[str, float]:
-    """Each variant's learning rate: the best mean tuning score over the sweep seeds (module docstring)."""
+    """Each variant's learning rate: the best mean tuning score over the sweep seeds (module docstring); an
+    ablation with a ``base`` takes its base's."""
     metric = plan.sweep.get("metric", "final_pass_rate")
     scores = sweep_table(records)
     chosen = {}
@@ -95,6 +101,9 @@ def choose(plan: Any, records: list[dict[str, Any]]) -> dict[str, float]:
         chosen[name] = max(
             by_lr, key=lambda lr: (_mean(by_lr[lr], metric), _mean(by_lr[lr], "auc"), -lr)
         )  # fmt: skip
+    for name, base in plan.bases().items():
+        if base in chosen:
+            chosen[name] = chosen[base]
     return chosen
 
 
@@ -146,6 +155,14 @@ def sweep_section(plan: Any, records: list[dict[str, Any]]) -> list[str]:
     for name, by_lr in table.items():
         cells = [f"{_mean(by_lr[lr], metric):.3f}" if lr in by_lr else "—" for lr in rates]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {chosen[name]:g} |")
+    ablations = plan.bases()
+    if ablations:
+        inherited = ", ".join(f"{name} ({base}'s {chosen.get(base, math.nan):g})" for name, base in ablations.items())
+        lines += [
+            "",
+            "Single-field ablations are not swept: each trains at the rate its base chose, so that it differs from "
+            f"its base in exactly the fields it names: {inherited}.",
+        ]
     edge = sorted(name for name, lr in chosen.items() if lr in (rates[0], rates[-1]))
     if edge:
         lines += [

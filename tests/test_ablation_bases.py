@@ -1,0 +1,111 @@
+"""Single-field ablations (a variant with ``base``), the common-rate comparison, the primary contrast and the
+calibration split: plan checks, the sweep's choice, the run matrix and the report (fake runners, no model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trl_loo_gspo.experiment.ablation.plan import AblationPlan
+from trl_loo_gspo.experiment.ablation.runner import run_ablation
+
+from .test_ablation_sweep import sweep_runner, write_plan
+
+VARIANTS = [
+    {"name": "full", "config": {"advantage_estimator": "loo", "dynamic_sampling": True}},
+    {"name": "full-mean", "base": "full", "config": {"advantage_estimator": "group_mean"}},
+    {"name": "full-k", "base": "full", "config": {"probe_generations": 2, "adaptive_group_size": True}},
+    {"name": "full-k-mean", "base": "full-k", "config": {"advantage_estimator": "group_mean"}},
+]
+
+BEST = {"grpo": 1e-4, "full": 3e-4, "full-mean": 3e-4, "full-k": 3e-4, "full-k-mean": 3e-4}
+
+
+def bases_plan(tmp_path, **overrides) -> AblationPlan:
+    settings = dict(
+        variants=VARIANTS,
+        common={"per_device_train_batch_size": 8, "num_generations": 4},
+        primary=["full", "grpo"],
+        contrasts=[["full", "full-mean"], ["full-k", "full-k-mean"]],
+    )
+    return write_plan(tmp_path, **{**settings, **overrides})
+
+
+def test_an_ablation_is_its_base_config_plus_its_own_fields_recursively(tmp_path):
+    plan = bases_plan(tmp_path)
+    configs = {name: cfg for name, cfg, _ in plan.entries()}
+    assert configs["full-mean"] == {"advantage_estimator": "group_mean", "dynamic_sampling": True}
+    assert configs["full-k-mean"] == {
+        "advantage_estimator": "group_mean",
+        "dynamic_sampling": True,
+        "probe_generations": 2,
+        "adaptive_group_size": True,
+    }
+    assert plan.bases() == {"full-mean": "full", "full-k": "full", "full-k-mean": "full"}  # roots
+
+
+@pytest.mark.parametrize(
+    ("variants", "message"),
+    [
+        ([{"name": "a", "base": "nope", "config": {}}], "base 'nope' is not another variant"),
+        ([{"name": "a", "base": "a", "config": {}}], "base 'a' is not another variant"),
+        (
+            [{"name": "a", "base": "b", "config": {}}, {"name": "b", "base": "a", "config": {}}],
+            "bases form a cycle",
+        ),
+    ],
+)
+def test_a_bad_base_fails_at_construction(tmp_path, variants, message):
+    with pytest.raises(ValueError, match=message):
+        write_plan(tmp_path, variants=variants)
+
+
+def test_ablations_are_not_swept_and_train_at_their_roots_choice_then_the_common_rate(tmp_path):
+    plan = bases_plan(tmp_path, common_rate=1e-4)
+    calls: list = []
+    records = run_ablation(plan, sweep_runner(calls, BEST))
+    swept = {name for split, name, _, _ in calls if split == "tuning"}
+    assert swept == {"grpo", "full"}  # 2 rates x 2 swept entries x 1 seed
+    study = [(name, lr) for split, name, _, lr in calls if split == "validation"][: len(records)]
+    rates = dict(study)
+    assert rates == {"grpo": 1e-4, "full": 3e-4, "full-mean": 3e-4, "full-k": 3e-4, "full-k-mean": 3e-4}
+    # the common rate: grpo chose it (its study records stand), full did not (trained again at 1e-4, 2 seeds);
+    # ablations are not retrained (they share their root's rate in the study)
+    common = [(name, seed, lr) for split, name, seed, lr in calls if split == "validation" and lr == 1e-4]
+    assert sorted(common) == [("full", 0, 1e-4), ("full", 1, 1e-4), ("grpo", 0, 1e-4), ("grpo", 1, 1e-4)]
+    assert json.loads((tmp_path / "out" / "common-rate" / "full" / "seed0.json").read_text())["seed"] == 0
+    assert not (tmp_path / "out" / "common-rate" / "grpo").exists()
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "## Every variant at one common learning rate (0.0001, declared before the sweep)" in text
+    assert "## Primary contrast (pre-registered, tested alone at the 5% level)" in text
+    assert "## Component contrasts as one family of 2 (Holm-corrected)" in text
+    assert "Single-field ablations are not swept" in text and "full-k-mean (full's 0.0003)" in text
+    calls.clear()
+    run_ablation(plan, sweep_runner(calls, BEST))
+    assert calls == []  # resumable: every record (study and common rate) is reused
+
+
+def test_primary_and_eval_split_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="primary is one"):
+        bases_plan(tmp_path, primary=["full", "missing"])
+    with pytest.raises(ValueError, match="eval_split must be"):
+        bases_plan(tmp_path, eval_split="test")
+    with pytest.raises(ValueError, match="common_rate .* needs a sweep"):
+        bases_plan(tmp_path, sweep={}, common_rate=1e-4)
+
+
+def test_a_calibration_plan_scores_every_run_on_the_tuning_split(tmp_path):
+    plan = write_plan(tmp_path, sweep={}, variants=[], common={"learning_rate": 2e-4}, eval_split="tuning")
+    calls: list = []
+
+    def runner(plan, name, overrides, is_baseline, seed, progress, split="validation"):
+        calls.append(split)
+        return sweep_runner([], {"grpo": 2e-4})(plan, name, {**overrides, "learning_rate": 2e-4}, is_baseline, seed,
+                                                progress, split)  # fmt: skip
+
+    records = run_ablation(plan, runner)
+    assert calls == ["tuning", "tuning"] and {r["split"] for r in records} == {"tuning"}
+    assert {
+        json.loads(p.read_text())["provenance"]["config_hash"] for p in (tmp_path / "out" / "runs").rglob("*.json")
+    }

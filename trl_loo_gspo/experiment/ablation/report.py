@@ -1,0 +1,356 @@
+"""The report of an equal-budget ablation (method §5.2), from its run records alone: ``results.csv``,
+``process_metrics.csv``, ``report.md``, ``pass_rate_vs_tokens.png`` and ``compute_curves.png``.
+
+This module only reads records (it trains nothing and changes no record), so it is left out of the source hash of
+:mod:`.provenance`: a report can be improved and rewritten from committed records without retraining them.
+
+The report: each variant against the baseline (paired by seed); the plan's ``primary`` contrast tested alone (paired
+t and exact sign-flip p, the minimum detectable effect with its uncertainty); the ``contrasts`` as one family with
+Holm's correction on both tests and the MDE at the corrected level; compute–performance curves fitted per variant
+(:mod:`.curves`, ScaleRL's sigmoid); the variants at the plan's ``common_rate``; the sweep; what each variant did
+with the budget; the caveats.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import warnings
+from pathlib import Path
+
+from .inference import common_rate_section, curves_section, family_section, primary_section
+from .multiplicity import holm, paired_p_value, simultaneous_interval
+from .plan import AblationPlan
+from .stats import differences_sd, minimum_detectable_effect, paired_difference, seeds_needed, verdict
+from .sweep import sweep_section
+
+CSV_COLUMNS = (
+    "name",
+    "seed",
+    "final_pass_rate",
+    "best_pass_rate",
+    "final_pass_at_1",
+    "auc",
+    "generated_tokens",
+    "effective_tokens",
+    "steps",
+    "seconds",
+    "clip_fraction",
+    "entropy",
+    "kl",
+    "filtered_fraction",
+    "anomalies",
+)
+
+
+def write_outputs(
+    plan: AblationPlan,
+    records: list[dict],
+    sweep_records: list[dict] | None = None,
+    common_records: list[dict] | None = None,
+) -> None:
+    """Write ``results.csv``, ``process_metrics.csv`` (runs with process feedback), ``report.md`` (with the sweep's
+    account when there was one, and the runs at the common rate), ``pass_rate_vs_tokens.png`` and, where curves
+    can be fitted, ``compute_curves.png``."""
+    from .runner import PROCESS_KEYS  # (the runner writes records: what they keep is hashed code)
+
+    out = Path(plan.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(records)
+    logged = [(r["name"], r["seed"], e) for r in records for e in r.get("process_log") or []]
+    if logged:
+        with open(out / "process_metrics.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["name", "seed", "step", *PROCESS_KEYS])
+            for name, seed, entry in logged:
+                writer.writerow([name, seed, entry.get("step"), *(entry.get(k, "") for k in PROCESS_KEYS)])
+    text = report(plan, records, sweep_records or [], common_records, figure=out / "compute_curves.png")
+    (out / "report.md").write_text(text)
+    plot(records, out / "pass_rate_vs_tokens.png")
+
+
+def _by_name(records: list[dict]) -> dict[str, dict[int, dict]]:
+    by_name: dict[str, dict[int, dict]] = {}
+    for r in records:
+        by_name.setdefault(r["name"], {})[r["seed"]] = r
+    return by_name
+
+
+def report(
+    plan: AblationPlan,
+    records: list[dict],
+    sweep_records: list[dict] | None = None,
+    common_records: list[dict] | None = None,
+    figure: Path | None = None,
+) -> str:
+    """The Markdown report: each variant vs the baseline (paired by seed), the primary contrast, the component
+    family, compute curves (their figure written to ``figure`` when given), the common rate, the sweep, diagnostics,
+    caveats."""
+    base_name = plan.baseline.get("name", "baseline")
+    by_name = _by_name(records)
+    baseline = by_name.get(base_name, {})
+    round_tokens = plain_round_tokens(plan, baseline)
+    lines = [
+        f"# Ablation report: {plan.task}, {plan.rollout_tokens:,} rollout tokens per run, seeds {plan.seeds}",
+        "",
+        f"Baseline: `{base_name}` ({'stock TRL GRPO' if plan.stock_baseline else 'LooGspoTrainer'}). "
+        "Primary metric: final sampled pass rate on the held-out "
+        "validation split; differences are paired by seed with a 95% t interval over seeds.",
+        "",
+        "| variant | n | final pass rate | Δ vs baseline | 95% CI | Δ AUC | verdict | MDE | seeds for Δ "
+        "| gen. tokens | overshoot | eff. tokens |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, runs in by_name.items():
+        final = {s: r["final_pass_rate"] for s, r in runs.items()}
+        mean_final = sum(final.values()) / len(final)
+        gen = sum(r["generated_tokens"] for r in runs.values()) / len(runs)
+        over = f"{gen / plan.rollout_tokens - 1:+.1%}"  # generated tokens past the equal budget
+        if round_tokens:
+            worst = max(r["generated_tokens"] - plan.rollout_tokens for r in runs.values()) / round_tokens
+            over += f", max {worst:.2f} round"
+        eff_values = [r["effective_tokens"] for r in runs.values() if r.get("effective_tokens") is not None]
+        eff = f"{sum(eff_values) / len(eff_values):,.0f}" if eff_values else "—"
+        if name == base_name:
+            lines.append(
+                f"| {name} (baseline) | {len(runs)} | {mean_final:.3f} | — | — | — | — | — | — | {gen:,.0f} | {over} "
+                f"| {eff} |"
+            )
+            continue
+        n, cells = _paired_cells(runs, baseline)
+        lines.append(f"| {name} | {n} | {mean_final:.3f} | {cells} | {gen:,.0f} | {over} | {eff} |")
+    lines += [
+        "",
+        "MDE: the smallest paired difference this many seeds detects with 80% power at the 5% level, given the "
+        "spread of the observed differences; seeds for Δ: how many seeds would make the observed Δ detectable; "
+        "overshoot: generated tokens past the budget (mean over seeds; a run stops at the end of the step that "
+        "reaches the budget, and the learning-curve area is cut at the budget)"
+        + (
+            f", and the largest over seeds in plain generation rounds (one round of the baseline: {round_tokens:,.0f} "
+            f"generated tokens on average). {_within_one_round(plan, by_name, round_tokens)}"
+            if round_tokens
+            else "."
+        ),
+    ]
+    lines += primary_section(plan, by_name)
+    lines += contrast_section(plan, by_name)
+    lines += family_section(plan, by_name)
+    lines += curves_section(plan, by_name, figure)
+    lines += common_rate_section(plan, _by_name(common_records or []))
+    lines += sweep_section(plan, sweep_records or [])
+    lines += diagnostics_section(by_name)
+    lines += [
+        "",
+        "Caveats (method §5.2): every run had the same budget of *generated* tokens, which does not mean the same "
+        "number of effective updates (filtering, clipping and zero-advantage groups change how many tokens move the "
+        "policy: see the effective-token column); a gain that does not survive the equal-budget comparison, or comes "
+        "only from more generation, reward hacking or evaluation-set filtering, does not count. With few seeds the "
+        "interval is wide: 'no detectable difference' is not evidence of no difference.",
+    ]
+    lines += process_section(records)
+    return "\n".join(lines) + "\n"
+
+
+def plain_round_tokens(plan: AblationPlan, baseline: dict[int, dict]) -> float | None:
+    """Generated tokens of one generation round of the baseline (mean over its seeds): the unit "one plain step"
+    of the equal-budget rule; ``None`` without baseline runs."""
+    per_round = []
+    for r in baseline.values():
+        spg = r.get("steps_per_generation") or plan.common.get("steps_per_generation") or 1
+        if r.get("steps"):
+            per_round.append(r["generated_tokens"] / (r["steps"] / spg))
+    return sum(per_round) / len(per_round) if per_round else None
+
+
+def _within_one_round(plan: AblationPlan, by_name: dict[str, dict[int, dict]], round_tokens: float) -> str:
+    over = sorted(
+        name
+        for name, runs in by_name.items()
+        if max(r["generated_tokens"] for r in runs.values()) - plan.rollout_tokens > round_tokens
+    )
+    if over:
+        return f"Past the budget by more than one plain round: {', '.join(over)}."
+    return "Every run of every variant stopped within one plain round of the budget."
+
+
+def _paired_cells(a: dict[int, dict], b: dict[int, dict]) -> tuple[int, str]:
+    """``(n, cells)``: the paired figures of ``a − b`` over the seeds both have, as table cells — Δ final pass rate,
+    95% CI, Δ AUC, verdict, minimum detectable effect, seeds that would make Δ detectable."""
+    diff = paired_difference(
+        {s: r["final_pass_rate"] for s, r in b.items()}, {s: r["final_pass_rate"] for s, r in a.items()}
+    )
+    auc = paired_difference({s: r["auc"] for s, r in b.items()}, {s: r["auc"] for s, r in a.items()})
+    ci = f"[{diff.low:+.3f}, {diff.high:+.3f}]" if diff.n >= 2 else "n < 2"
+    sd = differences_sd(diff)
+    mde = minimum_detectable_effect(sd, diff.n)
+    needed = seeds_needed(sd, diff.mean)
+    mde_cell = "—" if math.isnan(mde) else f"{mde:.3f}"
+    return diff.n, f"{diff.mean:+.3f} | {ci} | {auc.mean:+.3f} | {verdict(diff)} | {mde_cell} | {needed or '—'}"
+
+
+def contrast_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]]) -> list[str]:
+    """The plan's ``contrasts`` (e.g. a component added to GSPO, or removed from the full combination), paired; then
+    the same contrasts corrected for their number (Holm's p-values, Bonferroni simultaneous intervals)."""
+    if not plan.contrasts:
+        return []
+    lines = [
+        "",
+        "## Contrasts between variants (a − b, paired by seed)",
+        "",
+        "| contrast | n | Δ final pass rate | 95% CI | Δ AUC | verdict | MDE | seeds for Δ |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    diffs = []
+    for a, b in plan.contrasts:
+        n, cells = _paired_cells(by_name.get(a, {}), by_name.get(b, {}))
+        lines.append(f"| {a} − {b} | {n} | {cells} |")
+        diffs.append(paired_difference(_finals(by_name.get(b, {})), _finals(by_name.get(a, {}))))
+    family = len(diffs)
+    p_values = [paired_p_value(d) for d in diffs]
+    lines += [
+        "",
+        f"Corrected for {family} contrasts (the raw intervals above hold one at a time): Holm's step-down p-values "
+        f"(family-wise error 5%) and Bonferroni intervals that hold for all {family} together.",
+        "",
+        "| contrast | p (paired t) | Holm p | simultaneous 95% CI | verdict after correction |",
+        "|---|---|---|---|---|",
+    ]
+    for (a, b), diff, p, adjusted in zip(plan.contrasts, diffs, p_values, holm(p_values), strict=True):
+        low, high = simultaneous_interval(diff, family)
+        ci = "n < 2" if math.isnan(low) else f"[{low:+.3f}, {high:+.3f}]"
+        verdict_cell = "—" if math.isnan(adjusted) else ("detected" if adjusted < 0.05 else "not detected")
+        lines.append(f"| {a} − {b} | {_p(p)} | {_p(adjusted)} | {ci} | {verdict_cell} |")
+    return lines
+
+
+def _finals(runs: dict[int, dict]) -> dict[int, float]:
+    return {s: r["final_pass_rate"] for s, r in runs.items()}
+
+
+def _p(value: float) -> str:
+    return "—" if math.isnan(value) else f"{value:.3f}"
+
+
+#: Per-variant diagnostics of the report (record key, column title, format), means over seeds (method §5.2's list).
+DIAGNOSTICS = (
+    ("valid_groups", "groups with signal", ".3f"),
+    ("filtered_fraction", "filtered", ".3f"),
+    ("clip_fraction", "clip fraction", ".4f"),
+    ("clip_fraction_tokens", "clipped tokens", ".4f"),
+    ("group_size_mean", "K mean", ".2f"),
+    ("group_size_sd", "K sd", ".2f"),
+    ("truncation", "truncated", ".3f"),
+    ("entropy", "entropy", ".3f"),
+    ("steps", "steps", ".0f"),
+    ("generated_tokens", "gen. tokens", ",.0f"),
+    ("effective_tokens", "eff. tokens", ",.0f"),
+    ("seconds", "wall s", ".0f"),
+)
+
+
+def diagnostics_section(by_name: dict[str, dict[int, dict]]) -> list[str]:
+    """What each variant did with its budget, means over its seeds ("—" where a run did not log the value)."""
+
+    def mean(runs: dict[int, dict], key: str, spec: str) -> str:
+        values = [r[key] for r in runs.values() if isinstance(r.get(key), (int, float)) and not math.isnan(r[key])]
+        return format(sum(values) / len(values), spec) if values else "—"
+
+    lines = [
+        "",
+        "## What each variant did with the budget (means over seeds)",
+        "",
+        "Training-time means over the logged steps: groups with signal (`groups/frac_with_signal`), filtered "
+        "(`sampling/frac_filtered`, dynamic sampling only), clip fraction (answers on a clipped branch — with our "
+        "token-level loss, answers with a clipped token; token-level for TRL's losses), clipped tokens (the "
+        "token-weighted fraction, every loss), K mean / sd (answers per prompt; the sd is 0 unless K varies), "
+        "truncated (`completions/clipped_ratio`), entropy (nats/token); then the run's optimizer "
+        "steps, generated and effective tokens (tokens of answers with a non-zero advantage) and wall time.",
+        "",
+        "| variant | " + " | ".join(title for _, title, _ in DIAGNOSTICS) + " |",
+        "|---|" + "---|" * len(DIAGNOSTICS),
+    ]
+    for name, runs in by_name.items():
+        lines.append(f"| {name} | " + " | ".join(mean(runs, key, spec) for key, _, spec in DIAGNOSTICS) + " |")
+    return lines
+
+
+def process_section(records: list[dict]) -> list[str]:
+    """The method §6 safeguards per variant (runs with process feedback only): how the span signal relates to the
+    final verification, and what the hack detectors flagged. Empty when no run logged process metrics."""
+    by_name: dict[str, list[dict]] = {}
+    for r in records:
+        if r.get("process_log"):
+            by_name.setdefault(r["name"], []).extend(r["process_log"])
+    if not by_name:
+        return []
+
+    def mean(entries: list[dict], key: str) -> str:
+        values = [e[key] for e in entries if isinstance(e.get(key), (int, float)) and not math.isnan(e[key])]
+        return f"{sum(values) / len(values):.3f}" if values else "—"
+
+    lines = [
+        "",
+        "## Process signal vs final verification (method §6)",
+        "",
+        "Means over every logged training step of every seed. corr: point-biserial correlation between an answer's "
+        "mean step signal and its final verification; positive in failed: fraction of the spans of finally failing "
+        "answers that got a positive process advantage; flagged: fraction of spans flagged by the hack detectors "
+        "(unrelated or trivial steps); divergence: fraction of steps where the process signal rose while the final "
+        "pass rate fell over the window. Per-step values: process_metrics.csv.",
+        "",
+        "| variant | steps | corr(step signal, final) | positive in failed | signal mean | train pass rate | flagged "
+        "| divergence |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, entries in by_name.items():
+        lines.append(
+            f"| {name} | {len(entries)} | {mean(entries, 'process/corr_final/step')} | "
+            f"{mean(entries, 'process/positive_in_failed')} | {mean(entries, 'process/signal_mean')} | "
+            f"{mean(entries, 'process/pass_rate')} | {mean(entries, 'process/frac_flagged')} | "
+            f"{mean(entries, 'process/divergence')} |"
+        )
+    return lines
+
+
+def plot(records: list[dict], path: Path) -> None:
+    """Validation pass rate vs rollout tokens per variant (mean and min–max over seeds), saved to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_name: dict[str, list[list[tuple[float, float]]]] = {}
+    for r in records:
+        by_name.setdefault(r["name"], []).append([tuple(p) for p in r["curve"]])
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for index, (name, curves) in enumerate(by_name.items()):
+        grid = sorted({t for curve in curves for t, _ in curve})
+        values = [[_interpolate(curve, t) for t in grid] for curve in curves]
+        mean = [sum(col) / len(col) for col in zip(*values, strict=True)]
+        low = [min(col) for col in zip(*values, strict=True)]
+        high = [max(col) for col in zip(*values, strict=True)]
+        ax.plot(grid, mean, color=f"C{index}", label=f"{name} (n={len(curves)})")
+        ax.fill_between(grid, low, high, color=f"C{index}", alpha=0.15)
+    ax.set_xlabel("rollout tokens (generated)")
+    ax.set_ylabel("validation pass rate (sampled)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Equal-budget ablation: mean and min–max over seeds")
+    fig.tight_layout()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _interpolate(curve: list[tuple[float, float]], t: float) -> float:
+    points = sorted(curve)
+    if t <= points[0][0]:
+        return points[0][1]
+    for (t0, p0), (t1, p1) in zip(points, points[1:], strict=False):
+        if t0 <= t <= t1:
+            return p0 if t1 == t0 else p0 + (p1 - p0) * (t - t0) / (t1 - t0)
+    return points[-1][1]
