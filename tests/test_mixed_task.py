@@ -142,3 +142,27 @@ def test_chained_addition_capacity_is_checked_on_the_smallest_number_of_terms():
         MixedSumTask(min_terms=3, max_terms=2)
     with pytest.raises(ValueError, match="max_operand"):
         MixedSumTask(max_operand=0)
+
+
+def test_running_sums_format_writes_and_scores_only_the_partial_sums():
+    """answer_format='sums': "12+34+5=" -> "46;51"; the last sum is the answer; steps and extra text score 0."""
+    from trl_loo_gspo.demo.multistep import MultiStepVerifier, running_sums_score
+
+    task = MixedSumTask(min_terms=2, max_terms=4, max_operand=49, train_per_terms=200, validation_per_terms=20,
+                        answer_format="sums")  # fmt: skip
+    train, _ = task.splits()
+    row = next(r for r in train if r["terms"] == 3)
+    a, b, c = row["operands"]
+    assert row["solution"] == f"{a + b};{a + b + c}" and task.score(row["solution"], row) == 1.0
+    assert all(task.score(r["solution"], r) == 1.0 for r in train)
+    assert max(len(s) + 1 for s in train["solution"]) <= task.max_new_tokens == 3 * 4 + 1
+    assert running_sums_score("46;51", "51") == 1.0 and running_sums_score(" 51 ", "51") == 1.0
+    assert running_sums_score("46;50", "51") == 0.0 and running_sums_score("12+34=46;46+5=51", "51") == 0.0
+    assert running_sums_score("46;51;", "51") == 0.0 and running_sums_score("", "51") == 0.0
+    verifier = MultiStepVerifier(answer_format="sums")
+    assert verifier.verify("46;51", answer="51", operands=[12, 34, 5]).score == 1.0
+    with pytest.raises(ValueError, match="emit_spans needs answer_format='steps'"):
+        MultiStepVerifier(emit_spans=True, answer_format="sums")
+    with pytest.raises(ValueError, match="answer_format"):
+        MixedSumTask(answer_format="bare")
+    assert PolicySpec(task=MixedSumTask(answer_format="steps")).key() == PolicySpec(task=MixedSumTask()).key()

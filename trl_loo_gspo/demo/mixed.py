@@ -33,7 +33,7 @@ from typing import Any
 
 from datasets import Dataset
 
-from .multistep import _row, final_score
+from .multistep import _row, final_score, running_sums_score
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,7 @@ class MixedSumTask:
     tuning_per_terms: int = 0
     min_terms: int = 1
     max_operand: int | None = None
+    answer_format: str = "steps"
 
     #: The policy's character set and the cache folder prefix (see ``demo.policy``).
     alphabet = "0123456789+=;"
@@ -62,6 +63,8 @@ class MixedSumTask:
         if not 1 <= self.max_terms <= 4 or not 1 <= self.max_digits <= 3:
             raise ValueError(f"max_terms must be in [1, 4] and max_digits in [1, 3], got {self.max_terms}, "
                              f"{self.max_digits}")  # fmt: skip
+        if self.answer_format not in ("steps", "sums"):
+            raise ValueError(f"answer_format must be 'steps' or 'sums', got {self.answer_format!r}")
         if not 1 <= self.min_terms <= self.max_terms:
             raise ValueError(f"min_terms must be in [1, max_terms={self.max_terms}], got {self.min_terms}")
         if self.max_operand is not None and not 1 <= self.max_operand <= 999:
@@ -91,6 +94,8 @@ class MixedSumTask:
     def max_new_tokens(self) -> int:
         """Enough characters for every step of the largest problem, plus the end-of-sequence token."""
         width = len(str(self.largest_operand * self.max_terms))
+        if self.answer_format == "sums":  # one running sum per addition, ';'-separated
+            return max(self.max_terms - 1, 1) * (width + 1) + 1
         return max(self.max_terms - 1, 1) * (3 * width + 3) + 1
 
     def settings(self) -> dict:
@@ -128,7 +133,7 @@ class MixedSumTask:
                 if key in seen:
                     continue
                 seen.add(key)
-                rows.append(_problem(numbers))
+                rows.append(_problem(numbers, self.answer_format))
             validation += rows[: self.validation_per_terms]
             tuning += rows[self.validation_per_terms : held_out]
             train += rows[held_out:]
@@ -146,14 +151,19 @@ class MixedSumTask:
 
     def score(self, completion: str, row: dict[str, Any]) -> float:
         """The final check for one completion (used by the warm start's pass-rate measurement)."""
-        return final_score(completion, row["answer"])
+        score = final_score if self.answer_format == "steps" else running_sums_score
+        return score(completion, row["answer"])
 
 
-def _problem(numbers: list[int]) -> dict[str, Any]:
-    """A row of the multi-step task; one number is copied (its solution is the number itself)."""
+def _problem(numbers: list[int], answer_format: str = "steps") -> dict[str, Any]:
+    """A row of the multi-step task; one number is copied (its solution is the number itself). ``"sums"``: the
+    solution is the running sums only (``12+34+5=`` → ``46;51``)."""
     row = _row(numbers) if len(numbers) > 1 else {
         "prompt": f"{numbers[0]}=", "answer": str(numbers[0]), "operands": numbers, "solution": str(numbers[0]),
     }  # fmt: skip
+    if answer_format == "sums" and len(numbers) > 1:
+        sums = [sum(numbers[: k + 1]) for k in range(1, len(numbers))]
+        row = {**row, "solution": ";".join(map(str, sums))}
     return {**row, "terms": len(numbers)}
 
 

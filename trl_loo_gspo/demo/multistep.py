@@ -115,6 +115,18 @@ def final_score(completion: str, answer: str) -> float:
     return float(bool(steps) and steps[-1][4] == int(answer))
 
 
+_SUMS = re.compile(r"\d+(?:;\d+)*")
+
+
+def running_sums_score(completion: str, answer: str) -> float:
+    """1.0 when the completion is ``;``-separated running sums (``46;51;80``) whose last is the answer, else 0.0
+    (the ``answer_format="sums"`` of :class:`~trl_loo_gspo.demo.mixed.MixedSumTask`; a bare integer is one sum)."""
+    text = completion.strip()
+    if _SUMS.fullmatch(text) is None:
+        return 0.0
+    return float(int(text.rsplit(";", 1)[-1]) == int(answer))
+
+
 def step_spans(completion: str, operands: list[int]) -> list[SpanSignal]:
     """One span per step: value 1 when right and grounded, else 0; hack flags ``unrelated`` / ``trivial``."""
     steps = parse_steps(completion) or []
@@ -147,14 +159,18 @@ class MultiStepVerifier(Verifier):
     name = "multistep"
     version = "1"
 
-    def __init__(self, emit_spans: bool = False) -> None:
+    def __init__(self, emit_spans: bool = False, answer_format: str = "steps") -> None:
         super().__init__()
-        self.emit_spans = emit_spans
+        if answer_format not in ("steps", "sums"):
+            raise ValueError(f"answer_format must be 'steps' or 'sums', got {answer_format!r}")
+        if emit_spans and answer_format != "steps":
+            raise ValueError("emit_spans needs answer_format='steps' (the spans are the worked steps)")
+        self.emit_spans, self.answer_format = emit_spans, answer_format
 
     def verify(self, completion: str, answer: str | None = None, operands: list[int] | None = None, **_: Any):
         if answer is None or operands is None:
             return VerifierResult(None, "unscorable", "parse_failure", {"reason": "needs answer and operands"})
-        score = final_score(completion, answer)
+        score = (final_score if self.answer_format == "steps" else running_sums_score)(completion, answer)
         spans = step_spans(completion, list(operands)) if self.emit_spans else None
         return VerifierResult(score, "pass" if score else "fail", None, {}, spans)
 

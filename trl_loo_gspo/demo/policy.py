@@ -55,7 +55,13 @@ class PolicySpec:
     def key(self) -> str:
         payload = {"format": POLICY_FORMAT, **asdict(self)}
         # fields added to a task later keep the keys (and caches) of tasks that leave them at their default
-        for name, default in (("tuning_pairs", 0), ("tuning_per_terms", 0), ("min_terms", 1), ("max_operand", None)):
+        for name, default in (
+            ("tuning_pairs", 0),
+            ("tuning_per_terms", 0),
+            ("min_terms", 1),
+            ("max_operand", None),
+            ("answer_format", "steps"),
+        ):
             if name in payload["task"] and payload["task"][name] == default:
                 del payload["task"][name]
         if not isinstance(self.task, AdditionTask):  # (addition keys stay as they were: existing caches stay valid)

@@ -218,7 +218,8 @@ def demo_task(plan: AblationPlan, seed: int) -> tuple[Any, Any]:
     if plan.task == "demo-multistep":
         return MultiStepTask(**options), MultiStepVerifier(emit_spans=True)
     if plan.task == "demo-mixed":
-        return MixedSumTask(**options), MultiStepVerifier()
+        task = MixedSumTask(**options)
+        return task, MultiStepVerifier(answer_format=task.answer_format)
     return AdditionTask(**options), AdditionVerifier()
 
 

@@ -79,7 +79,9 @@ def run_provenance(
         "eval_split": split,
         "seed": seed,
         "rollout_tokens": plan.sweep.get("rollout_tokens", plan.rollout_tokens) if tuning else plan.rollout_tokens,
-        "eval_every_tokens": plan.eval_every_tokens,
+        "eval_every_tokens": plan.sweep.get("eval_every_tokens", plan.eval_every_tokens)
+        if tuning
+        else plan.eval_every_tokens,
         "eval_samples": plan.eval_samples,
         "policy": plan.policy,
         "recipe": recipe,

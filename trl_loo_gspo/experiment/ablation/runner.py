@@ -17,7 +17,7 @@ from .plan import AblationPlan, demo_args, demo_task, recipe_args, run_path
 from .provenance import StaleRecordsError, run_provenance, stale_reason
 from .report import CSV_COLUMNS, plot, report, write_outputs  # noqa: F401  (report and plot: the public names)
 from .stats import curve_area
-from .sweep import choose, sweep_budget, sweep_runs, with_learning_rates
+from .sweep import choose, eval_every, sweep_budget, sweep_runs, with_learning_rates
 
 
 def run_one(
@@ -60,7 +60,7 @@ def _build_demo_run(plan: AblationPlan, name: str, overrides: dict, is_baseline:
         processing_class=tokenizer,
     )
     validation_cb = ValidationCallback(
-        trainer, validation, verifier, plan.eval_every_tokens, samples=plan.eval_samples, seed=seed
+        trainer, validation, verifier, eval_every(plan, split), samples=plan.eval_samples, seed=seed
     )
     trainer.add_callback(validation_cb)
     extra = {"policy_key": policy_info["key"], "split": split}

@@ -6,6 +6,7 @@ A plan with a ``sweep`` section::
       learning_rates: [5.0e-5, 1.0e-4, 2.0e-4]   # every variant (baseline included) is tried at each
       seeds: [100, 101]                          # disjoint from the study's seeds
       rollout_tokens: 200000                     # default: the plan's budget
+      eval_every_tokens: 200000                  # default: the plan's (the final-rate metric needs only the end)
       metric: final_pass_rate                    # or auc; on the tuning split, mean over the sweep seeds
 
 trains every (variant, learning rate, sweep seed) to the sweep budget and scores it on the task's *tuning* split
@@ -21,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-SWEEP_KEYS = ("learning_rates", "seeds", "rollout_tokens", "metric")
+SWEEP_KEYS = ("learning_rates", "seeds", "rollout_tokens", "metric", "eval_every_tokens")
 METRICS = ("final_pass_rate", "auc")
 
 
@@ -46,6 +47,9 @@ def sweep_problems(plan: Any) -> list[str]:
     tokens = sweep.get("rollout_tokens", plan.rollout_tokens)
     if not (isinstance(tokens, int) and tokens > 0):
         problems.append(f"sweep.rollout_tokens: a positive integer, got {tokens!r}")
+    every = sweep.get("eval_every_tokens", plan.eval_every_tokens)
+    if not (isinstance(every, int) and every > 0):
+        problems.append(f"sweep.eval_every_tokens: a positive integer, got {every!r}")
     if sweep.get("metric", "final_pass_rate") not in METRICS:
         problems.append(f"sweep.metric: one of {METRICS}, got {sweep.get('metric')!r}")
     if plan.task == "recipe":
@@ -76,6 +80,16 @@ def _task(plan: Any) -> Any:
 def sweep_budget(plan: Any) -> int:
     """Generated tokens per sweep run."""
     return int(plan.sweep.get("rollout_tokens", plan.rollout_tokens))
+
+
+def eval_every(plan: Any, split: str) -> int:
+    """Generated tokens between evaluations of a run scored on ``split`` (a sweep's own spacing on the tuning
+    split)."""
+    return (
+        int(plan.sweep.get("eval_every_tokens", plan.eval_every_tokens))
+        if split == "tuning"
+        else plan.eval_every_tokens
+    )
 
 
 def sweep_runs(plan: Any) -> list[tuple[str, dict[str, Any], bool, int, float]]:
