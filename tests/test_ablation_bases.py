@@ -109,3 +109,35 @@ def test_a_calibration_plan_scores_every_run_on_the_tuning_split(tmp_path):
     assert {
         json.loads(p.read_text())["provenance"]["config_hash"] for p in (tmp_path / "out" / "runs").rglob("*.json")
     }
+
+
+def test_the_report_fits_compute_curves_and_says_where_a_ceiling_is_not_identified(tmp_path, monkeypatch):
+    """Fake records with 9 evaluation points: a variant that saturates inside the budget gets a ceiling with an
+    interval; one still rising linearly at the end gets 'n.i.', never a number; the figure is written."""
+    import math
+
+    from trl_loo_gspo.experiment.ablation import inference
+    from trl_loo_gspo.experiment.ablation.report import write_outputs
+
+    monkeypatch.setattr(inference, "CURVE_BOOTSTRAP", 40)  # (the report's 200 refits: same code, less time)
+    plan = bases_plan(tmp_path, sweep={}, primary=None, contrasts=[], variants=[VARIANTS[0]])
+    grid = [i * 125 for i in range(9)]  # 0 … 1000 tokens
+    records = []
+    for seed in range(4):
+        wobble = 0.004 * (seed - 1.5)
+        saturating = [(c, 0.3 + 0.3 / (1 + (250 / c) ** 2) + wobble if c else 0.3) for c in grid]
+        linear = [(c, 0.3 + 0.0001 * c + wobble) for c in grid]
+        for name, curve in (("grpo", saturating), ("full", linear)):
+            final = curve[-1][1]
+            records.append({"name": name, "seed": seed, "baseline": name == "grpo", "final_pass_rate": final,
+                            "best_pass_rate": final, "final_pass_at_1": final, "auc": final, "curve": curve,
+                            "generated_tokens": 1000, "effective_tokens": 500})  # fmt: skip
+    write_outputs(plan, records)
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "## Compute–performance curves (ScaleRL's sigmoid)" in text
+    grpo = next(line for line in text.splitlines() if line.startswith("| grpo |") and "[" in line)
+    full = next(line for line in text.splitlines() if line.startswith("| full |") and ("n.i." in line))
+    a = float(grpo.split("|")[3].split("[")[0])
+    assert math.isclose(a, 0.6, abs_tol=0.02)
+    assert "n.i." in full and "midpoint beyond the observed compute" in text
+    assert (tmp_path / "out" / "compute_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
