@@ -218,7 +218,7 @@ def plot_curves(
             label=f"{name}: {_ceiling_label(fit)}",
         )
     ax.set_xlabel("rollout tokens (generated)")
-    ax.set_ylabel("validation pass rate (sampled)")
+    ax.set_ylabel("held-out pass rate (sampled)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title)
@@ -233,13 +233,15 @@ def _with_interval(value: float, low: float, high: float, fmt: str) -> str:
     return f"{value:{fmt}} [{low:{fmt}}, {high:{fmt}}]"
 
 
-def fit_table(fits: dict[str, CurveFit], finals: dict[str, float]) -> list[str]:
+def fit_table(fits: dict[str, CurveFit], finals: dict[str, float], areas: dict[str, float] | None = None) -> list[str]:
     """Markdown lines: a table of the fitted parameters per variant (C_mid in thousands of tokens) with their
-    bootstrap intervals and the mean final pass rate, 'n.i.' for the ceiling and midpoint of an unidentified fit,
-    and a numbered list of the reasons below it."""
+    bootstrap intervals and the mean final pass rate (and, with ``areas``, the mean curve area), 'n.i.' for the
+    ceiling and midpoint of an unidentified fit, and a numbered list of the reasons below it."""
+    area_head, area_rule = (" curve area (mean) |", "---|") if areas is not None else ("", "")
     lines = [
-        "| variant | R0 | A [95% CI] | B [95% CI] | C_mid [95% CI] (tokens, thousands) | identified | final (mean) |",
-        "|---|---|---|---|---|---|---|",
+        "| variant | R0 | A [95% CI] | B [95% CI] | C_mid [95% CI] (tokens, thousands) | identified | final (mean) |"
+        + area_head,
+        "|---|---|---|---|---|---|---|" + area_rule,
     ]
     notes: list[str] = []
     for name, fit in fits.items():
@@ -253,7 +255,8 @@ def fit_table(fits: dict[str, CurveFit], finals: dict[str, float]) -> list[str]:
             a, mid, flag = "n.i.", "n.i.", f"no ({len(notes)})"
         final = finals.get(name, math.nan)
         final_cell = "—" if math.isnan(final) else f"{final:.3f}"
-        lines.append(f"| {name} | {fit.r0:.3f} | {a} | {b} | {mid} | {flag} | {final_cell} |")
+        area = "" if areas is None else f" {areas[name]:.3f} |" if name in areas else " — |"
+        lines.append(f"| {name} | {fit.r0:.3f} | {a} | {b} | {mid} | {flag} | {final_cell} |{area}")
     if notes:
         lines += ["", "Not identified (n.i.): the ceiling would be an extrapolation —", "", *notes]
     return lines

@@ -141,23 +141,27 @@ def curves_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]], figu
     fitted = {name: fit for name, fit in fits.items() if fit is not None}
     if figure is not None and fitted:
         groups = {name: ([r["curve"] for r in by_name[name].values()], fits[name]) for name in by_name}
-        plot_curves(groups, figure, "Validation pass rate vs generated tokens, sigmoid fit per variant")
+        plot_curves(
+            groups, figure, f"{plan.eval_split.capitalize()} pass rate vs generated tokens, sigmoid fit per variant"
+        )
     if not fitted:
         return []
     mean_final = {name: sum(finals(runs).values()) / len(runs) for name, runs in by_name.items() if runs}
+    mean_area = {name: sum(r["auc"] for r in runs.values()) / len(runs) for name, runs in by_name.items() if runs}
     skipped = sorted(set(fits) - set(fitted))
     lines = [
         "",
         "## Compute–performance curves (ScaleRL's sigmoid)",
         "",
-        "R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) fitted to every evaluation point of every seed of a variant (C: "
+        "R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) (ScaleRL, Meta 2025) fitted to every evaluation point of every "
+        "seed of a variant (C: "
         f"generated tokens; R0: the mean pass rate before training); intervals: {CURVE_BOOTSTRAP} refits on seeds "
         "resampled with replacement (percentiles). A is the ceiling, B and C_mid the efficiency. A ceiling is only "
         "reported where the data reach the bend (the fitted midpoint inside the budget, B not at a bound, and the "
         "same in at least 90% of the refits); elsewhere it is 'n.i.' (not identified): the curve is still rising and "
         "its ceiling is an extrapolation. Figure: compute_curves.png.",
         "",
-        *fit_table(fitted, mean_final),
+        *fit_table(fitted, mean_final, mean_area),
     ]
     if skipped:
         lines += [
