@@ -141,3 +141,27 @@ def test_the_report_fits_compute_curves_and_says_where_a_ceiling_is_not_identifi
     assert math.isclose(a, 0.6, abs_tol=0.02)
     assert "n.i." in full and "midpoint beyond the observed compute" in text
     assert (tmp_path / "out" / "compute_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_partial_study_reports_no_test_before_two_paired_seeds(tmp_path):
+    from trl_loo_gspo.experiment.ablation.report import report
+
+    plan = bases_plan(tmp_path, sweep={}, seeds=[0])
+    records = [
+        {
+            "name": name,
+            "seed": 0,
+            "baseline": name == "grpo",
+            "final_pass_rate": 0.5,
+            "best_pass_rate": 0.5,
+            "final_pass_at_1": 0.5,
+            "auc": 0.5,
+            "curve": [[0, 0.4], [1000, 0.5]],
+            "generated_tokens": 1000,
+            "effective_tokens": 500,
+        }  # fmt: skip
+        for name in ("grpo", "full", "full-mean", "full-k", "full-k-mean")
+    ]
+    text = report(plan, records)
+    assert "No contrast has 2 paired seeds yet: no test." in text and "family of 0" not in text
+    assert "full − grpo: fewer than 2 paired seeds." in text

@@ -87,6 +87,8 @@ def family_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]]) -> l
         tests.append(exact.test_contrast(f"{a} − {b}", d) if d else None)
     usable = [t for t in tests if t is not None and t.n >= 2]
     family = len(usable)
+    if not family:
+        return ["", "## Component contrasts", "", "No contrast has 2 paired seeds yet: no test."]
     adjusted = {row["name"]: row for row in exact.holm_family(usable, ALPHA)} if usable else {}
     level = ALPHA / max(family, 1)
     smallest = min((exact.smallest_sign_flip_p(t.n) for t in usable), default=math.nan)
