@@ -18,7 +18,7 @@ import math
 import warnings
 from pathlib import Path
 
-from .inference import common_rate_section, curves_section, family_section, primary_section
+from .inference import common_rate_section, curves_section, family_section, finals, primary_section
 from .multiplicity import holm, paired_p_value, simultaneous_interval
 from .plan import AblationPlan
 from .stats import differences_sd, minimum_detectable_effect, paired_difference, seeds_needed, verdict
@@ -207,7 +207,7 @@ def contrast_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]]) ->
     for a, b in plan.contrasts:
         n, cells = _paired_cells(by_name.get(a, {}), by_name.get(b, {}))
         lines.append(f"| {a} − {b} | {n} | {cells} |")
-        diffs.append(paired_difference(_finals(by_name.get(b, {})), _finals(by_name.get(a, {}))))
+        diffs.append(paired_difference(finals(by_name.get(b, {})), finals(by_name.get(a, {}))))
     family = len(diffs)
     p_values = [paired_p_value(d) for d in diffs]
     lines += [
@@ -224,10 +224,6 @@ def contrast_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]]) ->
         verdict_cell = "—" if math.isnan(adjusted) else ("detected" if adjusted < 0.05 else "not detected")
         lines.append(f"| {a} − {b} | {_p(p)} | {_p(adjusted)} | {ci} | {verdict_cell} |")
     return lines
-
-
-def _finals(runs: dict[int, dict]) -> dict[int, float]:
-    return {s: r["final_pass_rate"] for s, r in runs.items()}
 
 
 def _p(value: float) -> str:
