@@ -121,6 +121,7 @@ class MathVerifier(Verifier):
     """
 
     name = "math"
+    gold_column = "answer"
     max_completion_chars: int | None = 100_000
 
     def __init__(
