@@ -175,7 +175,7 @@ MB = 1_000_000
     ("text", "expected"),
     [
         ("\\boxed{" * (MB // 7), 0.0),  # nothing closed: no answer
-        ("\\boxed{" * (MB // 14) + "}" * (MB // 14), 1.0),  # nested: many distinct boxed answers
+        ("\\boxed{" * (MB // 14) + "}" * (MB // 14), 0.0),  # nested: one (empty) innermost answer
         ("{" * (MB // 2) + "\\boxed{" + "}" * (MB // 2), 0.0),  # one answer, deep in braces
     ],
     ids=["unclosed", "nested", "deep-braces"],
