@@ -154,7 +154,7 @@ class MathVerifier(Verifier):
             raise ImportError("MathVerifier needs math-verify: pip install 'math-verify[antlr4_13_2]'") from err
         if timeout_seconds is None or not timeout_seconds > 0:
             raise ValueError(f"timeout_seconds must be a positive number of seconds, not {timeout_seconds!r}")
-        self.version = f"3+math-verify-{_package_version('math-verify')}"
+        self.version = f"4+math-verify-{_package_version('math-verify')}"
         super().__init__()
         self.timeout_seconds = timeout_seconds
         self.float_rounding = float_rounding
