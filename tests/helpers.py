@@ -21,6 +21,8 @@ from trl_loo_gspo.demo.tiny import addition_dataset, char_tokenizer, tiny_qwen2 
 
 MAX_COMPLETION = 8
 DIGITS = "0123456789"
+#: Where the trainer tests train: "cpu" (the default), or "cuda" for the GPU check (benchmarks/gpu/check.py).
+TEST_DEVICE = os.environ.get("TRL_LOO_GSPO_TEST_DEVICE", "cpu")
 
 
 def make_model_and_tokenizer(seed: int = 0):
@@ -79,7 +81,7 @@ def base_kwargs(output_dir: str, **overrides):
     """Arguments shared by LooGspoConfig and GRPOConfig in comparisons: CPU, fp32, SGD, no grad clipping."""
     kwargs = dict(
         output_dir=output_dir,
-        use_cpu=True,
+        use_cpu=TEST_DEVICE == "cpu",
         bf16=False,
         report_to=[],
         save_strategy="no",
@@ -148,12 +150,13 @@ def reference_gradient(trainer, model0, micro_batches, loss_aggregation: str = "
         answers += int((lengths > 0).sum())
     loss = numerator / (tokens if loss_aggregation == "token_total" else answers)
     loss.backward()
-    return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}, loss
+    grads = {name: p.grad.detach().cpu().clone() for name, p in model.named_parameters() if p.grad is not None}
+    return grads, loss
 
 
 def param_delta(model_after, model0):
     before = dict(model0.named_parameters())
-    return {name: (p.detach() - before[name].detach()) for name, p in model_after.named_parameters()}
+    return {name: (p.detach().cpu() - before[name].detach().cpu()) for name, p in model_after.named_parameters()}
 
 
 def controlled_dataset(n: int = 48, seed: int = 0):

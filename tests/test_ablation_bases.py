@@ -86,6 +86,29 @@ def test_ablations_are_not_swept_and_train_at_their_roots_choice_then_the_common
     assert calls == []  # resumable: every record (study and common rate) is reused
 
 
+def test_a_worker_goes_on_to_the_common_rate_runs_while_another_finishes_the_study(tmp_path):
+    """Before, a worker that found the study's last run claimed by another stopped there, leaving every common-rate
+    run to that one worker (the chain study's common-rate phase ran on one worker of two)."""
+    from .test_ablation_claims import _held_by_another_process
+
+    plan = bases_plan(tmp_path, common_rate=1e-4)
+    held = tmp_path / "out" / "runs" / "full-k-mean" / "seed1.json"
+    holder = _held_by_another_process(held)
+    calls: list = []
+    try:
+        assert run_ablation(plan, sweep_runner(calls, BEST)) is None  # the held run is still "being trained"
+    finally:
+        holder.kill()
+        holder.wait()
+    common = sorted((name, seed) for split, name, seed, lr in calls if split == "validation" and lr == 1e-4)
+    assert ("full", 0) in common and ("full", 1) in common  # trained anyway
+    assert ("full-k-mean", 1) not in [(name, seed) for _, name, seed, _ in calls]
+    calls.clear()
+    records = run_ablation(plan, sweep_runner(calls, BEST))
+    assert [(name, seed) for _, name, seed, _ in calls] == [("full-k-mean", 1)] and records
+    assert (tmp_path / "out" / "report.md").exists()
+
+
 def test_primary_and_eval_split_are_checked(tmp_path):
     with pytest.raises(ValueError, match="primary is one"):
         bases_plan(tmp_path, primary=["full", "missing"])

@@ -75,6 +75,7 @@ class StepAccounting:
         self.extrema = torch.tensor([-math.inf, -math.inf], dtype=torch.float64, device=device)  # max s, max −s
         self.loss_sum: torch.Tensor | None = None  # Σ of the losses returned by the step's micro-batches
         self.update_time = 0.0  # seconds of forward/backward in the step (generation excluded)
+        self.noise: list[torch.Tensor] = []  # algorithms.noise rows of the step's micro-batches of a fresh round
 
     def begin(self, first: int, n: int, column: int | None) -> None:
         """Start an optimizer step; ``column`` selects the denominator count (0 tokens, 1 answers; ``None``: the
@@ -86,6 +87,7 @@ class StepAccounting:
         self.extrema.fill_(-math.inf)
         self.loss_sum = None
         self.update_time = 0.0
+        self.noise = []
 
     def add(self, stats: torch.Tensor, extrema: torch.Tensor | None = None) -> None:
         self.stats += stats

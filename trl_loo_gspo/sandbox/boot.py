@@ -19,8 +19,12 @@ RUNNER = "\n\n".join(
     (Path(__file__).with_name(name)).read_text(encoding="utf-8")
     for name in ("wire.py", "candidate.py", "judge.py", "runner.py")
 )
-#: What ``python -I -S -c`` runs: load the runner's code object from the descriptor in ``argv[3]`` and run it.
-BOOT = "import marshal, sys\nwith open(int(sys.argv[3]), 'rb') as f:\n    exec(marshal.loads(f.read()))\n"
+#: What ``python -I -S -c`` runs: load the runner's code object from the descriptor in ``argv[3]``, close it, and run
+#: it (closed first, so that no process the runner forks — the program's above all — inherits it).
+BOOT = (
+    "import marshal, sys\nwith open(int(sys.argv[3]), 'rb') as f:\n    code = marshal.loads(f.read())\n"
+    "del f\nexec(code)\n"
+)
 
 
 @functools.lru_cache(maxsize=1)

@@ -57,7 +57,8 @@ def _main():
     for name, soft, hard in cfg["rlimits"]:
         resource.setrlimit(getattr(resource, name), (soft, hard))
     uid = cfg.get("uid")
-    if uid is not None and os.getuid() == 0:
+    dropped = uid is not None and os.getuid() == 0
+    if dropped:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
@@ -72,7 +73,9 @@ def _main():
     if cfg.get("expect_seccomp") and not _confined():
         emit("ERROR", "seccomp-filter-not-active")
         _exit(3)
-    _not_dumpable(dropped=uid is not None)
+    if not _not_dumpable(dropped):
+        emit("ERROR", "still-dumpable")
+        _exit(3)
     emit("READY")
     if cfg["mode"] == "io":
         os.close(res_fd)
@@ -201,21 +204,26 @@ def _confined():
 
 
 def _not_dumpable(dropped):
-    """prctl(PR_SET_DUMPABLE, 0): same-uid processes (the tests' children) cannot ptrace us or open our fds.
+    """prctl(PR_SET_DUMPABLE, 0): same-uid processes (the tests' children) cannot ptrace us or open our fds. Returns
+    whether the kernel then reports the process not dumpable (``PR_GET_DUMPABLE`` 0); the runner refuses to run a
+    program otherwise.
 
-    Changing uid already reset the flag to ``fs.suid_dumpable`` (0 or 2: not dumpable by our uid), so ctypes is only
-    loaded when we did not change uid or that setting is 1.
+    Changing uid (``dropped``) already reset the flag to ``fs.suid_dumpable``; where that is 0 the flag is 0, and
+    the files of ``/proc/self`` are then owned by root, not by our uid — checked that way, so ctypes (about 9 ms to
+    load, a third of a small run) is only loaded when we did not change uid or that setting is 1 or 2.
     """
     try:
         if dropped:
             with open("/proc/sys/fs/suid_dumpable") as f:
-                if f.read().strip() != "1":
-                    return
+                if f.read().strip() == "0":
+                    return os.stat("/proc/self/status").st_uid != os.getuid()
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        return libc.prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
     except Exception:
-        pass
+        return False
 
 
 if __name__ == "__main__":

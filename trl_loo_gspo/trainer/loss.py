@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from ..algorithms.aggregation import agg_loss, row_losses
-from ..algorithms.losses import LOSSES, ClipRange, k3_kl
+from ..algorithms.losses import LOSSES, ClipRange, k3_kl, sequence_log_ratio
+from ..algorithms.noise import fresh_round, noise_rows
 from .rows import loss_mask
 from .step import log_loss_stats, loss_stats, rank_clip_fractions
 
@@ -39,6 +40,12 @@ class OwnLoss:
         policy = LOSSES[t.objective.policy_loss](
             per_token_logps, old_per_token_logps, advantages, mask, clip, inputs.get("process_advantages")
         )
+        if mode == "train" and fresh_round(int(inputs.get("round_step", -1)), t.state.global_step):
+            # same weights as the old-log-prob pass: s_i != 1 is numerical noise (metrics noise/*)
+            log_s = sequence_log_ratio(per_token_logps.detach(), old_per_token_logps, mask)
+            clipped = policy.clipped_low | policy.clipped_high
+            rows = noise_rows(log_s, clipped, mask.sum(-1) > 0, clip.epsilon_low, clip.epsilon_high)
+            t._accounting.noise.append(rows)
         vllm_weights = t.use_vllm and t.vllm_importance_sampling_correction
         weights = inputs["importance_sampling_ratio"] if vllm_weights else None
         per_token_kl = None

@@ -8,6 +8,7 @@ per step and logged as ``clip_ratio/*`` (ours and TRL's names), ``ratio/*``, ``e
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from typing import Any
@@ -16,8 +17,11 @@ import torch
 
 from ..algorithms.advantages import frac_rows_without_signal, group_has_signal
 from ..algorithms.losses import PolicyLoss
+from ..algorithms.noise import noise_summary
 from ..algorithms.step_accounting import IDX
 from .rows import RoundData, generated_per_effective, loss_mask
+
+logger = logging.getLogger(__name__)
 
 
 class TokenCounters:
@@ -156,6 +160,52 @@ def loss_stats(
     minus_inf = torch.full_like(s, -math.inf)
     extrema = torch.stack([torch.where(valid, s, minus_inf).amax(), torch.where(valid, -s, minus_inf).amax()])
     return stats, extrema
+
+
+class RatioNoise:
+    """Logs the ratio noise of each step on a fresh round (``noise/*``, docs/metrics.md) and warns once per run when
+    it alone puts answers outside the clip range (:func:`noise_warning`)."""
+
+    def __init__(self, accelerator: Any) -> None:
+        self.accelerator = accelerator
+        self.warned = False
+
+    def log(
+        self, metrics: dict[str, list], rows: list[torch.Tensor], epsilon_low: float, epsilon_high: float, step: int
+    ) -> dict[str, float] | None:
+        """This process's :func:`~trl_loo_gspo.algorithms.noise.noise_rows`, padded with NaN rows to the longest
+        process and gathered (one collective: every process calls it on the same steps), summarised and logged."""
+        local = torch.cat(rows)
+        padded = self.accelerator.pad_across_processes(local, dim=0, pad_index=math.nan)
+        summary = noise_summary(self.accelerator.gather(padded))
+        for name, value in (summary or {}).items():
+            metrics[name].append(value)
+        warning = noise_warning(summary, epsilon_low, epsilon_high, step)
+        if warning is not None and not self.warned:
+            self.warned = True
+            if self.accelerator.is_main_process:
+                logger.warning(warning)
+        return summary
+
+
+#: Fraction of a fresh round's answers whose s_i is already outside the clip range above which the run warns.
+NOISE_WARNING_FRACTION = 0.01
+
+
+def noise_warning(summary: dict[str, float] | None, epsilon_low: float, epsilon_high: float, step: int) -> str | None:
+    """The warning for a fresh round whose noise alone puts more than :data:`NOISE_WARNING_FRACTION` of the answers
+    outside the clip range, naming ε and the measured noise; ``None`` below it."""
+    if summary is None or summary["noise/out_of_range"] <= NOISE_WARNING_FRACTION:
+        return None
+    share, answers = summary["noise/out_of_range"], int(summary["noise/answers"])
+    p90, top = summary["noise/abs_log_ratio/p90"], summary["noise/abs_log_ratio/max"]
+    return (
+        f"Ratio noise: at optimizer step {step}, with the weights that computed the old log-probabilities, "
+        f"{share:.1%} of {answers} answers had a sequence ratio outside the clip range "
+        f"[1 - {epsilon_low:g}, 1 + {epsilon_high:g}] (|log s| p90 {p90:.2e}, max {top:.2e}): the clip acts on "
+        "numerical noise, not on policy change. In bf16, try cast_lm_head_to_fp32=True, or float32; or widen "
+        "epsilon / epsilon_high (docs/method.md, 'Precision: what the clip sees'; metrics noise/*)."
+    )
 
 
 def rank_clip_fractions(stats: torch.Tensor) -> torch.Tensor:

@@ -48,6 +48,7 @@ from .run_state import (
     upgrade_run_state,
 )
 from .step import (
+    RatioNoise,
     TokenCounters,
     log_loss_stats,
     log_round,
@@ -126,6 +127,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         self.own_loss = OwnLoss(self)
         self._accounting = StepAccounting(args.steps_per_generation, self.num_iterations, self.accelerator.device)
         self._generation_time = 0.0  # cumulative seconds spent in generation + scoring
+        self.ratio_noise = RatioNoise(self.accelerator)
         for callback in (NothingTrainedWarning(self), RolloutTokenBudget(self), RunStateCallback(self)):
             self.add_callback(callback)
         self.add_callback(RegistrationToTrackers(self))
@@ -211,6 +213,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         local_rows = output["prompt_ids"].size(0)
         first = self.accelerator.process_index * local_rows  # this rank's rows, as TRL slices them
         output["group_ids"] = group_ids[first : first + local_rows]  # travels with the batch
+        # the optimizer step that generated the round (0-dim: TRL's split and shuffle pass it to every slice)
+        output["round_step"] = torch.tensor(self.state.global_step)
         if self.objective.trl_advantages:
             all_advantages = self.accelerator.gather(output["advantages"])  # TRL's, for the round metrics
         else:
@@ -307,6 +311,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
                 loss = loss + (factor - 1.0) * step.loss_sum
             log_loss_stats(metrics, stats, extrema, self.beta != 0.0, self.objective.log_ratio_clamp is not None)
             metrics["tokens/loss_denominator"].append(true_denominator)
+        if step.noise:  # the step's micro-batches of a round generated with these weights (every process alike)
+            self.ratio_noise.log(metrics, step.noise, self.epsilon_low, self.epsilon_high, self.state.global_step)
         if self.entropy_feedback.on:  # §5.1: the next step's ε_high
             entropy = float(stats[IDX["entropy_sum"]]) / max(float(stats[IDX["tokens"]]), 1.0)
             for name, value in self.entropy_feedback.update(entropy).items():

@@ -95,6 +95,9 @@ class Verifier(ABC):
     #: Completions longer than this many characters score 0.0 with the anomaly ``"oversize"`` and are not checked
     #: (see the module docstring); ``None``: no cap. Subclasses set their own default; instances may override it.
     max_completion_chars: int | None = DEFAULT_MAX_COMPLETION_CHARS
+    #: The dataset column that holds the row's reference (``answer``, ``tests``, ``theorem``): what another
+    #: framework's single "ground truth" fills (:mod:`trl_loo_gspo.verifiers.adapters`); ``None``: none.
+    gold_column: str | None = None
 
     def __init__(self) -> None:
         self.__name__ = self.name  # TRL names reward functions by __name__

@@ -46,6 +46,20 @@ _RELATION_TOKEN = (
 )
 #: The tokens of an equation; one of them (per comma-separated part) may assign a value to a variable (``x = 3``).
 _EQUALS_TOKENS = ("=", ":=", "==", "\\coloneqq")
+#: Approximation tokens: a final answer with one counts only against a gold answer with one (``x \approx 3`` is not
+#: ``x = 3``), even where the gold answer is a relation.
+_APPROX_TOKEN = (
+    r"\\(?:approx|approxeq|thickapprox|simeq|sim|thicksim|backsim|backsimeq|eqsim|cong|doteq|doteqdot"
+    r"|fallingdotseq|risingdotseq|asymp|lessapprox|gtrapprox|lesssim|gtrsim)(?![A-Za-z])"
+    r"|[\u2248\u224a\u224b\u2243\u2245\u223c\u2252\u2253\u2250\u2251\u224d]"
+)
+#: Operators that join alternatives, of which math-verify reads one operand (``3 \cup 4``, ``3 \vee 4``,
+#: ``3 \,|\, 4``, ``3 \ \&\ 4``, ``3 \text{ (or 4)}`` all equalled a gold 4 or 3): set and logical operators, ``&``, a
+#: pipe with space on both sides (not an absolute value), the word "or".
+_ALTERNATIVES_TOKEN = (
+    r"\\(?:cup|cap|vee|wedge|lor|land|bigcup|bigcap|sqcup|sqcap)(?![A-Za-z])|\\?&"
+    r"|(?:\\[,;:! ]|\s)\|(?:\\[,;:! ]|\s)|(?<![A-Za-z])or(?![A-Za-z])"
+)
 
 
 def _tree_relations(answers: list[Any]) -> tuple[int, int]:
@@ -103,6 +117,30 @@ def _relation_refusal(texts: list[str], answers: list[Any]) -> str | None:
                 return "the final answer is a chain of equations and the gold answer is not"
     if _tree_relations(answers)[1]:
         return "the final answer is an equation or inequality (not variable = value) and the gold answer is not"
+    return None
+
+
+def _gold_refusal(gold_text: str, gold_is_relation: bool, texts: list[str]) -> str | None:
+    """Why a predicted final answer cannot be compared with this gold answer, beyond :func:`_relation_refusal`:
+    alternatives joined by an operator math-verify reads one side of (unless the gold answer uses one too, or, for
+    "or", is itself a list), and, against a gold relation, an approximation the gold answer lacks or a longer chain
+    of relations than the gold answer's (``x = 4 = 3``, ``x = 3 \\approx 4`` for a gold ``x = 3``)."""
+
+    gold_parts = re.split(r",|;|\\\\", gold_text)
+    for text in texts:
+        for token in re.findall(_ALTERNATIVES_TOKEN, text):
+            word = token.strip(" \\,;:!")
+            if re.search(_ALTERNATIVES_TOKEN, gold_text) or (word == "or" and len(gold_parts) > 1):
+                continue
+            return f"the final answer joins alternatives ({word or token!r}) and the gold answer does not"
+        if re.search(_APPROX_TOKEN, text) and not re.search(_APPROX_TOKEN, gold_text):
+            return "the final answer is an approximation and the gold answer is not"
+    if gold_is_relation:
+        longest = max(len(re.findall(_RELATION_TOKEN, part)) for part in gold_parts)
+        for text in texts:
+            for part in re.split(r",|;|\\\\", text):
+                if len(re.findall(_RELATION_TOKEN, part)) > longest:
+                    return "the final answer is a longer chain of relations than the gold answer"
     return None
 
 
@@ -219,6 +257,7 @@ def _worker_main(sys_path: list[str]) -> None:
                 continue
             answer = str(predicted[-1])
             refused = None if gold_is_relation else _relation_refusal(sources, predicted)
+            refused = refused or _gold_refusal(gold_text, gold_is_relation, sources)
             if refused is not None:
                 send({"extracted": answer, "refused": refused})
                 continue
@@ -254,7 +293,7 @@ _LOADER = (
     "    return data\n"
     "exec(compile(_take(struct.unpack('>I', _take(4))[0]).decode(), '<math-verify worker>', 'exec'))\n"
 )
-_WORKER_FUNCTIONS = (_tree_relations, _is_relation, _relation_refusal, _worker_main)
+_WORKER_FUNCTIONS = (_tree_relations, _is_relation, _relation_refusal, _gold_refusal, _worker_main)
 _WORKER_START_SECONDS = 120.0  # importing sympy and math-verify: about 1 s here; generous for a loaded machine
 _GRACE_SECONDS = 1.0  # past timeout_seconds, for the worker's own alarm to answer before it is killed
 _MAX_WORKERS = 4  # worker processes per process at most: one per thread checking at the same time, started lazily
@@ -267,7 +306,15 @@ def _read_worker_source() -> str | None:
         functions = [inspect.getsource(function) for function in _WORKER_FUNCTIONS]
     except (OSError, TypeError):
         return None
-    constants = f"_RELATION_TOKEN = {_RELATION_TOKEN!r}\n_EQUALS_TOKENS = {_EQUALS_TOKENS!r}"
+    constants = "\n".join(
+        f"{name} = {value!r}"
+        for name, value in (
+            ("_RELATION_TOKEN", _RELATION_TOKEN),
+            ("_EQUALS_TOKENS", _EQUALS_TOKENS),
+            ("_APPROX_TOKEN", _APPROX_TOKEN),
+            ("_ALTERNATIVES_TOKEN", _ALTERNATIVES_TOKEN),
+        )
+    )
     header = "from __future__ import annotations\nimport re\nfrom typing import Any"
     return "\n\n".join([header, constants, *functions])
 

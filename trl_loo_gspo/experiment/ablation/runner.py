@@ -193,17 +193,16 @@ def run_ablation(plan: AblationPlan, runner=run_one, reuse_stale: bool = False) 
     ]
     if not reuse_stale:
         _refuse_stale(plan, [(name, seed, path, prov) for name, _, _, seed, path, prov in jobs])
-    if not _execute(plan, jobs, runner, split):
+    common_jobs = common_rate_jobs(plan, chosen) if plan.common_rate is not None else []
+    if common_jobs and not reuse_stale:
+        _refuse_stale(plan, [(name, seed, path, prov) for name, _, _, seed, path, prov in common_jobs])
+    # the common-rate runs need only the sweep: a worker goes on to them while others finish the study's last runs
+    study_done = _execute(plan, jobs, runner, split)
+    common_done = _execute(plan, common_jobs, runner, split) if common_jobs else True
+    if not (study_done and common_done):
         return None  # still being trained by another process: the one that finishes last writes the outputs
     records = [json.loads(job[4].read_text()) for job in jobs]
-    common_records = None
-    if plan.common_rate is not None:
-        jobs = common_rate_jobs(plan, chosen)
-        if not reuse_stale:
-            _refuse_stale(plan, [(name, seed, path, prov) for name, _, _, seed, path, prov in jobs])
-        if not _execute(plan, jobs, runner, split):
-            return None
-        common_records = [json.loads(job[4].read_text()) for job in jobs]
+    common_records = [json.loads(job[4].read_text()) for job in common_jobs] if plan.common_rate is not None else None
     write_outputs(plan, records, sweep_records, common_records)
     return records
 

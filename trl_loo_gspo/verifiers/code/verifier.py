@@ -180,6 +180,7 @@ class CodeVerifier(Verifier):
     """
 
     name = "code"
+    gold_column = "tests"
     version = "2.0"
 
     def __init__(

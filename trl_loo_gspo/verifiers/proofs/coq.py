@@ -390,6 +390,7 @@ class CoqVerifier(Verifier):
     """
 
     name = "coq"
+    gold_column = "theorem"
     version = "2"
     max_completion_chars: int | None = 100_000
 
