@@ -76,6 +76,7 @@ class StepAccounting:
         self.loss_sum: torch.Tensor | None = None  # Σ of the losses returned by the step's micro-batches
         self.update_time = 0.0  # seconds of forward/backward in the step (generation excluded)
         self.noise: list[torch.Tensor] = []  # algorithms.noise rows of the step's micro-batches of a fresh round
+        self.noise_exact: bool | None = None  # fresh round: True without an old-log-prob pass (noise 0), else False
 
     def begin(self, first: int, n: int, column: int | None) -> None:
         """Start an optimizer step; ``column`` selects the denominator count (0 tokens, 1 answers; ``None``: the
@@ -88,6 +89,7 @@ class StepAccounting:
         self.loss_sum = None
         self.update_time = 0.0
         self.noise = []
+        self.noise_exact = None
 
     def add(self, stats: torch.Tensor, extrema: torch.Tensor | None = None) -> None:
         self.stats += stats

@@ -41,11 +41,14 @@ class OwnLoss:
             per_token_logps, old_per_token_logps, advantages, mask, clip, inputs.get("process_advantages")
         )
         if mode == "train" and fresh_round(int(inputs.get("round_step", -1)), t.state.global_step):
-            # same weights as the old-log-prob pass: s_i != 1 is numerical noise (metrics noise/*)
-            log_s = sequence_log_ratio(per_token_logps.detach(), old_per_token_logps, mask)
-            clipped = policy.clipped_low | policy.clipped_high
-            rows = noise_rows(log_s, clipped, mask.sum(-1) > 0, clip.epsilon_low, clip.epsilon_high)
-            t._accounting.noise.append(rows)
+            # same weights as the old-log-prob pass: s_i != 1 is numerical noise (metrics noise/*); without that
+            # pass the old log-probs are these, detached, and the noise is 0 by construction (nothing to gather)
+            t._accounting.noise_exact = inputs.get("old_per_token_logps") is None
+            if not t._accounting.noise_exact:
+                log_s = sequence_log_ratio(per_token_logps.detach(), old_per_token_logps, mask)
+                clipped = policy.clipped_low | policy.clipped_high
+                rows = noise_rows(log_s, clipped, mask.sum(-1) > 0, clip.epsilon_low, clip.epsilon_high)
+                t._accounting.noise.append(rows)
         vllm_weights = t.use_vllm and t.vllm_importance_sampling_correction
         weights = inputs["importance_sampling_ratio"] if vllm_weights else None
         per_token_kl = None

@@ -17,7 +17,7 @@ import torch
 
 from ..algorithms.advantages import frac_rows_without_signal, group_has_signal
 from ..algorithms.losses import PolicyLoss
-from ..algorithms.noise import noise_summary
+from ..algorithms.noise import NOISE_METRICS, noise_summary
 from ..algorithms.step_accounting import IDX
 from .rows import RoundData, generated_per_effective, loss_mask
 
@@ -174,7 +174,8 @@ class RatioNoise:
         self, metrics: dict[str, list], rows: list[torch.Tensor], epsilon_low: float, epsilon_high: float, step: int
     ) -> dict[str, float] | None:
         """This process's :func:`~trl_loo_gspo.algorithms.noise.noise_rows`, padded with NaN rows to the longest
-        process and gathered (one collective: every process calls it on the same steps), summarised and logged."""
+        process and gathered (two collectives, the sizes then the rows: every process calls it on the same steps),
+        summarised and logged."""
         local = torch.cat(rows)
         padded = self.accelerator.pad_across_processes(local, dim=0, pad_index=math.nan)
         summary = noise_summary(self.accelerator.gather(padded))
@@ -186,6 +187,15 @@ class RatioNoise:
             if self.accelerator.is_main_process:
                 logger.warning(warning)
         return summary
+
+    @staticmethod
+    def log_exact(metrics: dict[str, list], answers: float) -> None:
+        """A fresh round whose old log-probs are the loss pass's own (TRL skipped its old pass): every figure is 0
+        by construction, logged without a collective (``answers``: the step's global count, already reduced)."""
+        if answers > 0:
+            metrics["noise/answers"].append(answers)
+            for name in NOISE_METRICS[1:]:
+                metrics[name].append(0.0)
 
 
 #: Fraction of a fresh round's answers whose s_i is already outside the clip range above which the run warns.

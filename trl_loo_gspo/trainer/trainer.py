@@ -313,6 +313,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             metrics["tokens/loss_denominator"].append(true_denominator)
         if step.noise:  # the step's micro-batches of a round generated with these weights (every process alike)
             self.ratio_noise.log(metrics, step.noise, self.epsilon_low, self.epsilon_high, self.state.global_step)
+        elif step.noise_exact:  # no old-log-prob pass: 0 by construction, over the step's (reduced) answers
+            self.ratio_noise.log_exact(metrics, float(stats[IDX["answers"]]))
         if self.entropy_feedback.on:  # §5.1: the next step's ε_high
             entropy = float(stats[IDX["entropy_sum"]]) / max(float(stats[IDX["tokens"]]), 1.0)
             for name, value in self.entropy_feedback.update(entropy).items():
