@@ -24,12 +24,21 @@ REFUSED = [  # (completion, gold): each scored 1.0 before
     ("$\\boxed{3 \\,|\\, 4}$", "4"),
     ("$\\boxed{3 \\ \\&\\ 4}$", "4"),
     ("$\\boxed{3 \\text{ (or 4)}}$", "3"),
+    # found by the review: more operators math-verify reads one operand of
+    ("$\\boxed{3 \\vert 4}$", "4"),
+    ("$\\boxed{3\\vert 4}$", "4"),
+    ("$\\boxed{3|4}$", "4"),
+    ("$\\boxed{3 \\mid 4}$", "4"),
+    ("$\\boxed{3 \\setminus 4}$", "4"),
 ]
 KEPT = [  # (completion, gold, score): still compared by math-verify
     ("$\\boxed{x = 3}$", "x = 3", 1.0),
     ("$\\boxed{x = 3 \\text{ or } x = 4}$", "\\{3, 4\\}", 1.0),  # a list gold may be written with "or"
     ("$\\boxed{(-\\infty, 2) \\cup (3, \\infty)}$", "(-\\infty, 2) \\cup (3, \\infty)", 1.0),
     ("$\\boxed{|x - 1|}$", "|x-1|", 1.0),  # an absolute value is not a pipe between alternatives
+    ("$\\boxed{\\vert x - 1 \\vert}$", "|x-1|", 1.0),
+    ("$\\boxed{|x-1| + 2}$", "2+|x-1|", 1.0),
+    ("$\\boxed{\\{x \\mid x > 2\\}}$", "\\{x \\mid x > 2\\}", 1.0),
     ("$\\boxed{3 \\approx 3.0}$", "3 \\approx 3", 1.0),
     ("$\\boxed{x \\geq 2}$", "x \\ge 2", 1.0),
     ("$\\boxed{5 \\text{ hours}}$", "5", 1.0),

@@ -54,11 +54,12 @@ _APPROX_TOKEN = (
     r"|[\u2248\u224a\u224b\u2243\u2245\u223c\u2252\u2253\u2250\u2251\u224d]"
 )
 #: Operators that join alternatives, of which math-verify reads one operand (``3 \cup 4``, ``3 \vee 4``,
-#: ``3 \,|\, 4``, ``3 \ \&\ 4``, ``3 \text{ (or 4)}`` all equalled a gold 4 or 3): set and logical operators, ``&``, a
-#: pipe with space on both sides (not an absolute value), the word "or".
+#: ``3 \,|\, 4``, ``3 \ \&\ 4``, ``3 \mid 4``, ``3 \setminus 4``, ``3 \text{ (or 4)}`` all equalled a gold 4 or 3): set
+#: and logical operators, ``\mid``, ``&``, a pipe or ``\vert`` with space on both sides (not an absolute value), the
+#: word "or".
 _ALTERNATIVES_TOKEN = (
-    r"\\(?:cup|cap|vee|wedge|lor|land|bigcup|bigcap|sqcup|sqcap)(?![A-Za-z])|\\?&"
-    r"|(?:\\[,;:! ]|\s)\|(?:\\[,;:! ]|\s)|(?<![A-Za-z])or(?![A-Za-z])"
+    r"\\(?:cup|cap|vee|wedge|lor|land|bigcup|bigcap|sqcup|sqcap|setminus|mid)(?![A-Za-z])|\\?&"
+    r"|(?:\\[,;:! ]|\s)(?:\||\\vert(?![A-Za-z]))(?:\\[,;:! ]|\s)|(?<![A-Za-z])or(?![A-Za-z])"
 )
 
 
@@ -133,6 +134,9 @@ def _gold_refusal(gold_text: str, gold_is_relation: bool, texts: list[str]) -> s
             if re.search(_ALTERNATIVES_TOKEN, gold_text) or (word == "or" and len(gold_parts) > 1):
                 continue
             return f"the final answer joins alternatives ({word or token!r}) and the gold answer does not"
+        pipes = r"\\vert(?![A-Za-z])|(?<!\\)\|"
+        if len(re.findall(pipes, text)) % 2 and not re.search(pipes, gold_text):  # an unpaired pipe: no |x|
+            return "the final answer joins alternatives (an unpaired '|') and the gold answer does not"
         if re.search(_APPROX_TOKEN, text) and not re.search(_APPROX_TOKEN, gold_text):
             return "the final answer is an approximation and the gold answer is not"
     if gold_is_relation:
