@@ -114,7 +114,8 @@ def test_humaneval_check_and_methods_are_targeted(spans_on):
     code += "\ndef total(xs):\n    return sum(xs)\n\ndef check(x):\n    return x\n"  # the test's own check shadows it
     check = "def check(candidate):\n    assert candidate([1, 2]) == 3\n    assert candidate([]) == 1\n\ncheck(total)\n"
     completion = f"```python\n{code}```"
-    result = spans_on.verify(completion, tests=[check, "assert Solution().twice(3) == 6"])
+    reference = "class Solution:\n    pass\n\ndef total(xs):\n    pass\n"  # Solution() returns an object
+    result = spans_on.verify(completion, tests=[check, "assert Solution().twice(3) == 6"], reference=reference)
     spans = by_key(result.spans)
     assert set(spans) == {"code_block", "function:total", "function:Solution.twice"}
     assert spans["function:total"].value == 0.0 and spans["function:total"].meta["tests"] == [0]

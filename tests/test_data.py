@@ -234,7 +234,7 @@ def test_mbpp_mapper_prompt_tests_and_setup():
     sanitized = ["source_file", "task_id", "prompt", "code", "test_imports", "test_list"]  # the "sanitized" config
     assert infer_mapper(sanitized) == "mbpp"
     data = prepare_dataset(Dataset.from_list(MBPP), "code", conversational=False)
-    assert data.column_names == ["prompt", "tests"]
+    assert data.column_names == ["prompt", "tests", "reference"]  # the reference declares the program's names
     first = data[0]
     assert first["prompt"] == (
         f"{MBPP[0]['text']}\nYour code should pass this test:\n{MBPP[0]['test_list'][0]}\n\n"

@@ -243,8 +243,12 @@ def test_objects_the_dataset_asks_for_are_handles_in_the_program(verifier):
     program = "class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n"
     program += "        self.items.append(x)\n    def pop(self):\n        return self.items.pop()\n"
     test = "s = Stack()\ns.push(1)\ns.push(2)\nassert s.pop() == 2\nassert s.pop() == 1"
-    assert score(verifier, program, [test]) == 1.0
-    assert score(verifier, program.replace("self.items.pop()", "self.items[0]"), [test]) == 0.0
+    reference = "class Stack:\n    pass\n"  # the dataset says Stack is a class: its calls may return objects
+    answer = verifier.verify(f"```python\n{program}\n```", tests=[test], reference=reference)
+    assert answer.score == 1.0, answer.details
+    wrong = program.replace("self.items.pop()", "self.items[0]")
+    assert verifier.verify(f"```python\n{wrong}\n```", tests=[test], reference=reference).score == 0.0
+    assert score(verifier, program, [test]) == 0.0  # without the reference no object may come back
 
 
 def test_exceptions_of_the_program_reach_the_test_as_builtin_exceptions(verifier):

@@ -20,7 +20,7 @@ from typing import Any
 import datasets
 
 from ..records.registration import row_hashes, split_overlap
-from ..verifiers.code.test_plan import weakly_verified_rows
+from ..verifiers.code.test_plan import undefined_name_rows, weakly_verified_rows
 from ..verifiers.math import boxed_contents
 
 #: Columns each task needs; ``"a|b"`` means at least one of ``a`` and ``b``. ``prompt`` is a string or a list of
@@ -94,7 +94,8 @@ def map_mbpp(row: dict[str, Any]) -> dict[str, Any]:
     tests = [f"{setup.strip()}\n{test}" if setup.strip() else test for test in asserts]
     first = (row.get("test_list") or [""])[0]
     prompt = f"{text.strip()}\nYour code should pass this test:\n{first}\n\n{CODE_INSTRUCTION}"
-    return {"prompt": prompt, "tests": tests}
+    # the reference solution (never in the prompt) says which names are the program's and which are classes
+    return {"prompt": prompt, "tests": tests, "reference": str(row.get("code") or "")}
 
 
 def map_humaneval(row: dict[str, Any]) -> dict[str, Any]:
@@ -108,7 +109,8 @@ def map_humaneval(row: dict[str, Any]) -> dict[str, Any]:
     )
     helpers = _prompt_helpers(row["prompt"], row["entry_point"])
     test = f"{row['test'].rstrip()}\n\ncheck({row['entry_point']})\n"
-    return {"prompt": prompt, "tests": [f"{helpers}\n\n{test}" if helpers else test]}
+    tests = [f"{helpers}\n\n{test}" if helpers else test]
+    return {"prompt": prompt, "tests": tests, "entry_points": [row["entry_point"]]}
 
 
 def _prompt_helpers(prompt: str, entry_point: str) -> str:
@@ -250,13 +252,25 @@ def prepare_dataset(
     if max_rows is not None:
         keep = keep.select(range(min(max_rows, len(keep))))
     if task == "code" and "tests" in keep.column_names:
-        _report_weak_rows(keep["tests"])
+        names = [c for c in ("entry_points", "reference") if c in keep.column_names]
+        rows = [dict(zip(names, values, strict=True)) for values in zip(*(keep[c] for c in names), strict=True)]
+        _report_weak_rows(keep["tests"], rows or None)
     return keep
 
 
-def _report_weak_rows(tests_column: list[list[str] | None]) -> None:
-    """Warn about rows whose tests cannot be judged apart from the program (``CodeVerifier(weak_tests=...)``)."""
-    weak = weakly_verified_rows(tests_column)
+def _report_weak_rows(tests_column: list[list[str] | None], rows: list[dict[str, Any]] | None = None) -> None:
+    """Warn about rows whose tests cannot be judged apart from the program (``CodeVerifier(weak_tests=...)``) and
+    rows whose tests read a name the dataset does not define (unscorable, anomaly ``undefined_name``)."""
+    undefined = undefined_name_rows(tests_column, rows)
+    if undefined:
+        row, why = next(iter(undefined.items()))
+        warnings.warn(
+            f"{len(undefined)} of {len(tests_column)} code rows have a test that {why}: CodeVerifier scores every "
+            f"answer of those rows None (anomaly 'undefined_name'; first: row {row}). Import the name in the test, or "
+            "declare the program's names in an 'entry_points' or 'reference' column (docs/rewards.md)",
+            stacklevel=3,
+        )
+    weak = weakly_verified_rows(tests_column, rows)
     if weak:
         row, why = next(iter(weak.items()))
         warnings.warn(

@@ -1,18 +1,24 @@
 """The candidate process: runs the program and answers the judge's calls (part of the sandbox's runner text).
 
-Forked by the runner for one test, it runs the program as ``__main__`` and then serves the judge
-(:mod:`.judge`) over two pipes — requests in, answers out — until the judge closes its end. It holds no other
-descriptor of the run: not the result channel, not the judge's report pipe. Everything here runs in the program's
-process, so nothing it sends is trusted: the judge decodes each answer strictly (:mod:`.wire`) and decides the test
-itself. Standard library only.
+Forked by the runner for one test, it imports the program as module ``main`` (so an ``if __name__ == "__main__":``
+block does not run, as in HumanEval's and MBPP's harnesses) and then serves the judge (:mod:`.judge`) over two pipes
+— requests in, answers out — until the judge closes its end. It holds no other descriptor of the run: not the result
+channel, not the judge's report pipe. Everything here runs in the program's process, so nothing it sends is trusted:
+the judge decodes each answer strictly (:mod:`.wire`) and decides the test itself. Standard library only.
 
-Requests (judge → candidate): ``["call", target, args, kwargs, write_back]`` where ``target`` is ``["n", name]`` (a
-name of the program's module), ``["h", k]`` (the ``k``-th object the program returned) or ``["m", target, attr]``
-(an attribute of a target); each argument is ``["v", value]`` (plain data) or ``["r", target]`` (an object of the
-program's own). Answers: ``["ready"]`` or ``["program_error", exception]`` first, then per call ``["ok", value,
-args_after | null]``, ``["obj", k, type name]`` (the result is not plain data: kept here as handle ``k``), ``["raise",
-exception, args | null]`` (the nearest built-in exception class of what the call raised, and its arguments when
-they are plain data) or ``["error", why]``.
+Requests (judge → candidate), ``target`` being ``["n", name]`` (a name of the program's module), ``["h", k]`` (the
+``k``-th object the program handed out) or ``["m", target, attr]`` (an attribute of a target):
+
+* ``["call", target, args, kwargs, write_back]``: each argument ``["v", value]`` (plain data, possibly holding
+  ``["R", target]`` nodes: handles the judge puts back) or ``["r", target]``;
+* ``["get", target]`` (an attribute's value), ``["len", target]``, ``["iter", target]`` (``iter()`` of a handle);
+* ``["next", target, n]``: up to ``n`` items of an iterator handle.
+
+Answers: ``["ready"]`` or ``["program_error", exception]`` first, then per request ``["ok", value, args_after |
+null]``, ``["iter", k]`` (an iterator that is not plain data, kept here as handle ``k`` and served lazily: it may be
+infinite), ``["obj", k, type name]`` (any other value that is not plain data, kept as handle ``k``), ``["items",
+[value, ...], ended]`` (for ``next``), ``["raise", exception, args | null]`` (the nearest built-in exception class of
+what the request raised, and its arguments when they are plain data) or ``["error", why]``.
 """
 
 import os
@@ -23,9 +29,10 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox these
 
 
 def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
-    """Run ``program`` (a code object or source) and serve calls until end of file on ``req_r``."""
+    """Run ``program`` (a code object or source) and serve requests until end of file on ``req_r``."""
     encode, decode, unplain = codec
-    _type, _BaseException, _getattr, _len, _tuple = type, BaseException, getattr, len, tuple
+    _type, _BaseException, _getattr, _len, _tuple, _next = type, BaseException, getattr, len, tuple, next
+    _StopIteration, _min, _int = StopIteration, min, int
     import builtins
 
     builtin_exceptions = {c for c in vars(builtins).values() if _type(c) is type and issubclass(c, _BaseException)}
@@ -43,9 +50,11 @@ def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
         except _BaseException:
             return None
 
-    main = type(sys)("__main__")
+    # imported as module ``main``, as HumanEval's and MBPP's harnesses import a program: its
+    # ``if __name__ == "__main__":`` block (a demo, a call to input()) does not run
+    main = type(sys)("main")
     main.__file__ = os.path.join(os.getcwd(), "main.py")
-    sys.modules["__main__"] = main
+    sys.modules["main"] = main
     ns = main.__dict__
     try:
         exec(program if type(program) is not str else compile(program, "main.py", "exec"), ns)
@@ -67,7 +76,54 @@ def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
         return _getattr(resolve(target[1]), target[2])
 
     def argument(arg):
-        return resolve(arg[1]) if arg[0] == "r" else decode(arg[1])
+        return resolve(arg[1]) if arg[0] == "r" else decode(arg[1], resolve)
+
+    def handle(value):
+        handles.append(value)
+        return _len(handles) - 1
+
+    def answer_value(value):
+        """``["ok", value]``; an iterator not plain → ``["iter", k]`` (served lazily: it may be infinite); anything
+        else not plain → ``["obj", k, type name]``."""
+        if _getattr(_type(value), "__next__", None) is not None:  # never consumed here: it may be infinite
+            return ["iter", handle(value)]
+        try:
+            return ["ok", encode(value)]
+        except unplain as err:
+            if _type(value) in (list, tuple, set, frozenset, dict):
+                return ["error", f"unserialisable: {err}"]
+            return ["obj", handle(value), _type(value).__name__[:100]]
+
+    def serve(request):
+        kind, target = request[0], request[1]
+        if kind == "call":
+            args = [argument(a) for a in request[2]]
+            kwargs = {k: argument(v) for k, v in request[3]}
+            function = resolve(target)
+            value = function(*args, **kwargs)
+            try:
+                after = [encode(a) for a in args] if request[4] else None
+            except _BaseException:
+                after = None
+            answer = answer_value(value)
+            return [*answer, after] if answer[0] == "ok" else answer
+        if kind == "get":
+            answer = answer_value(resolve(target))
+            return [*answer, None] if answer[0] == "ok" else answer
+        if kind == "len":
+            return ["ok", encode(_len(resolve(target))), None]
+        if kind == "iter":
+            answer = answer_value(iter(resolve(target)))
+            return [*answer, None] if answer[0] == "ok" else answer
+        if kind == "next":  # up to n items of an iterator handle, and whether it ended
+            iterator, items = resolve(target), []
+            for _ in range(_min(_int(request[2]), 4096)):
+                try:
+                    items.append(encode(_next(iterator)))
+                except _StopIteration:
+                    return ["items", items, True]
+            return ["items", items, False]
+        raise ValueError("unknown request")
 
     while True:
         try:
@@ -77,32 +133,12 @@ def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
         if frame is None:
             return
         try:
-            _, target, args, kwargs, write_back = parse(frame)
-            args = [argument(a) for a in args]
-            kwargs = {k: argument(v) for k, v in kwargs}
-            function = resolve(target)
-        except _BaseException as err:
-            send(resp_w, ["raise", exception_name(err), None])
-            continue
-        try:
-            value = function(*args, **kwargs)
+            request = parse(frame)
+            answer = serve(request)
+        except unplain as err:
+            answer = ["error", f"unserialisable: {err}"]
         except _BaseException as err:
             answer = ["raise", exception_name(err), exception_args(err)]
-        else:
-            try:
-                after = [encode(a) for a in args] if write_back else None
-            except _BaseException:
-                after = None
-            try:
-                answer = ["ok", encode(value), after]
-            except unplain as err:
-                if _type(value) in (list, tuple, set, frozenset, dict):
-                    answer = ["error", f"unserialisable: {err}"]
-                else:
-                    handles.append(value)
-                    answer = ["obj", _len(handles) - 1, _type(value).__name__[:100]]
-            except _BaseException as err:
-                answer = ["error", f"unserialisable: {_type(err).__name__}"]
         _flush()
         send(resp_w, answer)
 

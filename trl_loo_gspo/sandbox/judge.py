@@ -29,10 +29,10 @@ if __name__ != "__main__":  # imported on the host (tests); in the sandbox these
 
 
 def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
-    """Run test ``index`` of the run (read from ``tests_fd``: ``(source, remote names, modules)`` per test, marshalled
-    by the host) and ``report(outcome)`` once (see the module docstring)."""
+    """Run test ``index`` of the run (read from ``tests_fd``: ``(source, remote names, modules, classes)`` per test,
+    marshalled by the host) and ``report(outcome)`` once (see the module docstring)."""
     try:
-        source, remote, modules = _read_test(tests_fd, index)
+        source, remote, modules, classes = _read_test(tests_fd, index)
         code = compile(source, "<test>", "exec")
     except BaseException as err:
         report(["fail", f"test does not compile: {type(err).__name__}", 0])
@@ -41,6 +41,8 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
     reader = WireReader(resp_r, frame_cap)
     state = {"calls": 0, "disqualified": None, "weak": None}
     exceptions = _EXCEPTIONS
+    classes = frozenset(classes)
+    _type, _len, _int, _min = type, len, int, min
 
     class Disqualified(BaseException):
         """The program's answer cannot count (not plain data, its process ended, it exited): the test fails."""
@@ -56,12 +58,20 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
         state["weak"] = state["weak"] or reason
         raise Weak(reason)
 
+    def ref_of(value):
+        """The target of an object of the program the judge holds (it crosses back as a reference), else None."""
+        kind = _type(value)
+        return object.__getattribute__(value, "_target") if kind is RemoteRef or kind is RemoteIterator else None
+
     def wire_argument(value):
-        if type(value) is RemoteRef:
-            return ["r", object.__getattribute__(value, "_target")]
+        target = ref_of(value)
+        if target is not None:
+            return ["r", target]
         try:
-            return ["v", encode(value)]
+            return ["v", encode(value, ref_of)]
         except unplain as err:
+            if state["calls"]:  # the test's values may now hold what the program answered: its fault, not weak
+                disqualify(f"a value built from the program's answers cannot be sent to it: {err}")
             weak(f"a test argument is not plain data: {err}")
 
     def receive():
@@ -76,27 +86,18 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
         except ValueError as err:
             disqualify(str(err))
 
-    def call(target, args, kwargs, write_back):
+    def ask(request):
+        """Send one request and read its answer (counted: the test evaluated the program's output)."""
         if state["disqualified"]:
             raise Disqualified(state["disqualified"])
-        request = ["call", target, [wire_argument(a) for a in args]]
-        request += [[[k, wire_argument(v)] for k, v in kwargs.items()], write_back]
         try:
             wire_send(req_w, request)
         except OSError:
             disqualify("the program's process ended")
         answer = receive()
         state["calls"] += 1
-        kind = answer[0] if type(answer) is list and answer and type(answer[0]) is str else None
-        if kind == "ok" and len(answer) == 3:
-            try:
-                value = decode(answer[1])
-            except unplain as err:
-                disqualify(f"unserialisable: {err}")
-            if write_back and type(answer[2]) is list and len(answer[2]) == len(args):
-                _write_back(args, answer[2])
-            return value
-        if kind == "raise" and len(answer) == 3 and type(answer[1]) is str:
+        kind = answer[0] if _type(answer) is list and answer and _type(answer[0]) is str else None
+        if kind == "raise" and _len(answer) == 3 and _type(answer[1]) is str:
             if answer[1] not in exceptions:
                 disqualify(f"program raised {answer[1][:60]}")
             try:
@@ -104,24 +105,46 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
             except BaseException:  # no arguments sent, or not ones this class takes
                 error = exceptions[answer[1]]("raised by the program")
             raise error
-        if kind == "obj" and len(answer) == 3 and type(answer[1]) is int and answer[1] >= 0:
-            if _objects_allowed(target):
+        if kind == "error" and _len(answer) == 2:
+            disqualify(str(answer[1])[:200])
+        if kind is None:
+            disqualify("malformed answer")
+        return kind, answer
+
+    def value_of(target, kind, answer, args=None):
+        """The value an answer carries: plain data, a lazy iterator, or a handle where the dataset asked for one."""
+        if kind == "ok" and _len(answer) == 3:
+            try:
+                value = decode(answer[1])
+            except unplain as err:
+                disqualify(f"unserialisable: {err}")
+            if args is not None and _type(answer[2]) is list and _len(answer[2]) == _len(args):
+                _write_back(args, answer[2])
+            return value
+        if kind == "iter" and _len(answer) == 2 and _type(answer[1]) is int and answer[1] >= 0:
+            return RemoteIterator(["h", answer[1]])
+        if kind == "obj" and _len(answer) == 3 and _type(answer[1]) is int and answer[1] >= 0:
+            if _objects_allowed(target, classes):
                 return RemoteRef(["h", answer[1]])
             disqualify(f"unserialisable: {str(answer[2])[:100]}")
-        if kind == "error" and len(answer) == 2:
-            disqualify(str(answer[1])[:200])
         disqualify("malformed answer")
+
+    def call(target, args, kwargs, write_back):
+        request = ["call", target, [wire_argument(a) for a in args]]
+        request += [[[k, wire_argument(v)] for k, v in kwargs.items()], write_back]
+        kind, answer = ask(request)
+        return value_of(target, kind, answer, args if write_back else None)
 
     def _write_back(args, after):
         for original, node in zip(args, after, strict=True):
-            kind = type(original)
+            kind = _type(original)
             if kind not in (list, dict, set):
                 continue
             try:
                 new = decode(node)
             except unplain:
                 continue
-            if type(new) is not kind:
+            if _type(new) is not kind:
                 continue
             if kind is list:
                 original[:] = new
@@ -130,7 +153,8 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
                 original.update(new)
 
     class RemoteRef:
-        """A name of the program (or an object it returned, or an attribute of one): callable, nothing else."""
+        """A name of the program, or an object it returned: calls, attributes, ``len``, ``iter``, ``[]`` and ``in``
+        are answered by the program; comparison, hashing and truth are the judge's own (identity, always true)."""
 
         __slots__ = ("_target",)
 
@@ -143,7 +167,25 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
         def __getattr__(self, attr):
             if attr.startswith("__"):
                 raise AttributeError(attr)
-            return RemoteRef(["m", object.__getattribute__(self, "_target"), attr])
+            target = ["m", object.__getattribute__(self, "_target"), attr]
+            kind, answer = ask(["get", target])
+            return value_of(target, kind, answer)
+
+        def __len__(self):
+            kind, answer = ask(["len", object.__getattribute__(self, "_target")])
+            return value_of(None, kind, answer)
+
+        def __iter__(self):
+            target = object.__getattribute__(self, "_target")
+            kind, answer = ask(["iter", target])
+            value = value_of(target, kind, answer)
+            return value if _type(value) is RemoteIterator else iter(value)
+
+        def __getitem__(self, key):
+            return call(["m", object.__getattribute__(self, "_target"), "__getitem__"], (key,), {}, False)
+
+        def __contains__(self, item):
+            return bool(call(["m", object.__getattribute__(self, "_target"), "__contains__"], (item,), {}, False))
 
         def __setattr__(self, attr, value):
             raise AttributeError("the program's objects cannot be changed by the test")
@@ -151,8 +193,45 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
         def __repr__(self):
             return f"<the program's {_describe(object.__getattribute__(self, '_target'))}>"
 
+    class RemoteIterator:
+        """An iterator the program returned that is not plain data (a generator, possibly infinite): its items are
+        fetched on demand, in batches that double up to 256, each item decoded as plain data."""
+
+        __slots__ = ("_target", "_buffer", "_ended", "_batch")
+
+        def __init__(self, target):
+            object.__setattr__(self, "_target", target)
+            object.__setattr__(self, "_buffer", [])
+            object.__setattr__(self, "_ended", False)
+            object.__setattr__(self, "_batch", 1)
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            get = object.__getattribute__
+            buffer = get(self, "_buffer")
+            if not buffer and not get(self, "_ended"):
+                batch = get(self, "_batch")
+                object.__setattr__(self, "_batch", _min(2 * batch, 256))
+                kind, answer = ask(["next", get(self, "_target"), batch])
+                if kind != "items" or _len(answer) != 3 or _type(answer[1]) is not list or _len(answer[1]) > batch:
+                    disqualify("malformed answer")
+                try:
+                    buffer.extend(decode(node) for node in answer[1])
+                except unplain as err:
+                    disqualify(f"unserialisable: {err}")
+                object.__setattr__(self, "_ended", answer[2] is True)
+            if not buffer:
+                raise StopIteration
+            return buffer.pop(0)
+
+        def __repr__(self):
+            return f"<the program's iterator {_describe(object.__getattribute__(self, '_target'))}>"
+
     def statement_call(function, *args, **kwargs):
-        """A call made as a statement (the host rewrote ``f(xs)`` so): its mutable arguments get written back."""
+        """A call whose mutable arguments get the program's changes written back (the host rewrote it so: a call made
+        as a statement, or one whose variable arguments the statement does not read again)."""
         if type(function) is RemoteRef:
             return call(object.__getattribute__(function, "_target"), args, kwargs, True)
         return function(*args, **kwargs)
@@ -192,8 +271,13 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
         outcome = ["weak", state["weak"]]
     elif state["disqualified"] and outcome[0] == "pass":
         outcome = ["fail", state["disqualified"]]
+    elif outcome[0] == "pass" and not state["calls"]:  # nothing of the program was evaluated: proves nothing
+        outcome = ["fail", NO_CALL]
     report([*outcome, state["calls"]])
 
+
+#: The reason of a test that passed without asking the program anything.
+NO_CALL = "the test made no call into the program"
 
 #: Built-in exception classes by name: what the program raised is raised in the test as the same built-in class,
 #: with its arguments. Not ``StopIteration``/``StopAsyncIteration``: raised from a function that ``map`` or a loop
@@ -218,12 +302,12 @@ def _read_test(fd, index):
     return marshal.loads(data)[index]
 
 
-def _objects_allowed(target):
-    """Whether the dataset asked for an object of the program here: the call's root is a handle, or a name of the
-    program that starts with a capital letter (a class, by the dataset's naming)."""
-    while target[0] == "m":
+def _objects_allowed(target, classes):
+    """Whether the dataset asked for an object of the program here: the request's root is a handle, or a class of the
+    dataset's reference solution (``classes``, from the host's test plan; never the program's capitalisation)."""
+    while target is not None and target[0] == "m":
         target = target[1]
-    return target[0] == "h" or (target[0] == "n" and target[1][:1].isupper())
+    return target is not None and (target[0] == "h" or (target[0] == "n" and target[1] in classes))
 
 
 def _describe(target):

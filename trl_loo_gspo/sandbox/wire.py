@@ -6,8 +6,8 @@ with ``python -I -S`` inside the sandbox; the host imports this module only for 
 Frames: ``b"<decimal length>\\n"`` then that many bytes of UTF-8 JSON text (lone surrogates passed through). Lengths,
 not line ends, delimit a frame, so no character of a value (U+2028, U+0085, ...) can break one.
 
-Values (one JSON value per node; written by :func:`wire_codec`'s encoder, rebuilt by its decoder as builtin objects of
-the exact types, nothing else)::
+Values (one JSON value per node; written by :func:`wire_codec`'s encoder, rebuilt by its decoder as objects of the
+exact types below, nothing else)::
 
     null | true | false                 None, True, False
     ["i", "<hex>"]                      int (hexadecimal: exempt from Python's 4,300-digit conversion limit)
@@ -16,11 +16,19 @@ the exact types, nothing else)::
     ["s", "<text>"]                     str
     ["b", "<hex>"]                      bytes
     ["l" | "t" | "S" | "F", [...]]      list, tuple, set, frozenset
-    ["d", [[key, value], ...]]          dict (also Counter / OrderedDict / defaultdict, read as the dict they hold;
-                                        a dict_keys view is a set)
-    ["it", [...]]                       an iterator (generator, map, zip, ...), consumed by the sender; rebuilt as an
-                                        iterator over the items (equal only to itself, as a generator is)
+    ["d", [[key, value], ...]]          dict
+    ["Ct" | "od", [[key, value], ...]]  collections.Counter, collections.OrderedDict
+    ["dd", factory | null, [...]]       collections.defaultdict; the factory crosses when it is a builtin type (int,
+                                        list, set, ...), else it arrives as None
+    ["dk" | "dv" | "di", [...]]         dict_keys, dict_values, dict_items views (order kept; an empty one is falsy)
+    ["rg", start, stop, step]           range (hexadecimal ints)
+    ["fr", num, den] | ["dc", "<str>"]  fractions.Fraction, decimal.Decimal
+    ["it", [...]]                       an iterator nested in a value (generator, map, zip, itertools, ...), consumed
+                                        by the sender; rebuilt as an iterator over the items (equal only to itself)
+    ["R", target]                       judge → candidate only: an object of the program the judge holds (a handle)
 
+A subclass of a builtin value type (a namedtuple, an ``int`` or ``dict`` subclass) crosses as the builtin value it
+holds, read with the builtin's own methods: its class and attributes do not cross.
 Anything else raises the codec's ``Unplain``. The decoder caps nesting depth, int and float sizes; the whole frame is
 capped by the reader. JSON is parsed by the C scanner of the standard library's ``_json`` (``import json`` costs
 ~20 ms of a ~20 ms run: it imports ``re``), falling back to :mod:`json` where ``_json`` is missing.
@@ -33,6 +41,8 @@ import sys
 WIRE_MAX_DEPTH = 100
 #: Largest int, in hexadecimal digits (a million bits).
 WIRE_MAX_INT_HEX = 250_000
+#: Most items of an iterator sent whole (both ways: an encoder refuses what the other side's decoder would).
+WIRE_MAX_ITEMS = 1_000_000
 _WIRE_ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\", **{i: f"\\u{i:04x}" for i in range(32)}}
 
 
@@ -155,7 +165,13 @@ class WireReader:
 def wire_codec():
     """``(encode, decode, Unplain)`` over the value format (module docstring), with references to the builtins taken
     now: built by the runner before any untrusted code runs, so a program that patches builtins later changes nothing
-    in them (in the candidate it can still corrupt its own process: the judge trusts nothing it sends)."""
+    in them (in the candidate it can still corrupt its own process: the judge trusts nothing it sends).
+
+    ``encode(value, ref=None)``: ``ref(x)`` may return a target for an object of the program that the judge holds (a
+    handle): it crosses as ``["R", target]``. ``decode(node, resolve=None)``: ``resolve(target)`` rebuilds such a node
+    (the candidate's own object); without ``resolve`` (the judge reading an answer) an ``"R"`` node is not plain data.
+    Whatever one side's decoder accepts the other's encoder re-encodes: the caps (depth, int size, iterator length)
+    are the same both ways."""
     _type, _repr_i, _repr_f, _hex, _fromhex, _items, _len = (
         type,
         int.__format__,
@@ -165,9 +181,12 @@ def wire_codec():
         dict.items,
         len,
     )
-    _int, _float, _complex, _iter = int, float, complex, iter
-    _list, _tuple, _set, _frozenset, _dict = list, tuple, set, frozenset, dict
-    _isinstance, _issubclass, _modules = isinstance, issubclass, sys.modules
+    _int, _float, _complex, _iter, _range, _zip = int, float, complex, iter, range, zip
+    _list, _tuple, _set, _frozenset, _dict, _str, _bytes = list, tuple, set, frozenset, dict, str, bytes
+    _isinstance, _issubclass, _modules, _getattr, _import = isinstance, issubclass, sys.modules, getattr, __import__
+    _str_copy, _bytes_copy = str.__getitem__, bytes.__getitem__
+    _whole = slice(None)
+    iters = {list: list.__iter__, tuple: tuple.__iter__, set: set.__iter__, frozenset: frozenset.__iter__}
     seqs = {list: "l", tuple: "t", set: "S", frozenset: "F"}
     builders = {"l": _list, "t": _tuple, "S": _set, "F": _frozenset}
     iterators = {
@@ -181,26 +200,31 @@ def wire_codec():
         _type(iter(())),
         _type(iter(range(0))),
         _type(iter("")),
-        _type({}.values()),
-        _type({}.items()),
         _type(iter({}.values())),
         _type(iter({}.items())),
         _type(iter({})),
         _type(iter(set())),
     }
-    keys = _type({}.keys())
+    views = {_type({}.keys()): "dk", _type({}.values()): "dv", _type({}.items()): "di"}
+    #: defaultdict factories that cross by name (any other factory arrives as ``None``: docs/rewards.md)
+    factories = {c.__name__: c for c in (int, float, complex, str, bytes, bool, list, tuple, dict, set, frozenset)}
 
     class Unplain(Exception):
         pass
 
-    def mapping_types():
-        collections = _modules.get("collections")
-        found = [getattr(collections, n, None) for n in ("Counter", "OrderedDict", "defaultdict")]
-        return [t for t in found if _isinstance(t, type) and _issubclass(t, _dict)]
+    def stdlib_type(module, name):
+        """A standard-library class as the *trusted* side sees it: the module already imported (encoding: a value of
+        that class can only exist if it is), or imported now (decoding)."""
+        found = _getattr(_modules.get(module), name, None)
+        return found if _isinstance(found, type) else None
 
-    def encode(v, depth=0):
+    def encode(v, ref=None, depth=0):
         if depth > WIRE_MAX_DEPTH:
             raise Unplain("nested too deeply")
+        if ref is not None:
+            target = ref(v)
+            if target is not None:
+                return ["R", target]
         t = _type(v)
         if v is None or t is bool:
             return v
@@ -208,28 +232,71 @@ def wire_codec():
             return ["i", _repr_i(v, "x")]
         if t is float:
             return ["f", _repr_f(v)]
-        if t is complex:
-            return ["c", _repr_f(v.real), _repr_f(v.imag)]
         if t is str:
             return ["s", v]
-        if t is bytes:
-            return ["b", _hex(v)]
         if t in seqs:
-            return [seqs[t], [encode(x, depth + 1) for x in v]]
-        if t is dict or t in mapping_types():
-            return ["d", [[encode(k, depth + 1), encode(x, depth + 1)] for k, x in _items(v)]]
-        if t is keys:
-            return ["S", [encode(x, depth + 1) for x in v]]
-        if t in iterators:
+            return [seqs[t], [encode(x, ref, depth + 1) for x in iters[t](v)]]
+        if t is dict:
+            return ["d", [[encode(k, ref, depth + 1), encode(x, ref, depth + 1)] for k, x in _items(v)]]
+        if t in views:
+            return [views[t], [encode(x, ref, depth + 1) for x in v]]
+        if t in iterators or _getattr(t, "__module__", None) == "itertools":
             out = []
             for x in v:
-                out.append(encode(x, depth + 1))
-                if _len(out) > 1_000_000:
+                out.append(encode(x, ref, depth + 1))
+                if _len(out) > WIRE_MAX_ITEMS:
                     raise Unplain("iterator too long")
             return ["it", out]
+        if t is complex:
+            return ["c", _repr_f(v.real), _repr_f(v.imag)]
+        if t is bytes:
+            return ["b", _hex(v)]
+        if t is _range:
+            return ["rg", _repr_i(v.start, "x"), _repr_i(v.stop, "x"), _repr_i(v.step, "x")]
+        if t is stdlib_type("collections", "Counter"):
+            return ["Ct", [[encode(k, ref, depth + 1), encode(x, ref, depth + 1)] for k, x in _items(v)]]
+        if t is stdlib_type("collections", "OrderedDict"):
+            return ["od", [[encode(k, ref, depth + 1), encode(x, ref, depth + 1)] for k, x in _items(v)]]
+        if t is stdlib_type("collections", "defaultdict"):
+            factory = v.default_factory
+            name = factory.__name__ if _type(factory) is type and factories.get(factory.__name__) is factory else None
+            pairs = [[encode(k, ref, depth + 1), encode(x, ref, depth + 1)] for k, x in _items(v)]
+            return ["dd", name, pairs]
+        if t is stdlib_type("fractions", "Fraction"):
+            return ["fr", _repr_i(v.numerator, "x"), _repr_i(v.denominator, "x")]
+        if t is stdlib_type("decimal", "Decimal"):
+            return ["dc", _str(v)]
+        # a subclass of a builtin value type (a namedtuple, an int subclass, ...): its builtin value, read with the
+        # builtin's own methods (whatever the subclass overrides); the subclass itself does not cross
+        if _isinstance(v, int):
+            return ["i", _repr_i(v, "x")]
+        if _isinstance(v, float):
+            return ["f", _repr_f(v)]
+        if _isinstance(v, str):
+            return ["s", _str_copy(v, _whole)]
+        if _isinstance(v, bytes):
+            return ["b", _hex(_bytes_copy(v, _whole))]
+        for base in (list, tuple, set, frozenset):
+            if _isinstance(v, base):
+                return [seqs[base], [encode(x, ref, depth + 1) for x in iters[base](v)]]
+        if _isinstance(v, dict):
+            return ["d", [[encode(k, ref, depth + 1), encode(x, ref, depth + 1)] for k, x in _items(v)]]
         raise Unplain(t.__name__)
 
-    def decode(node, depth=0):
+    def pairs_of(items, resolve, depth):
+        out = []
+        for pair in items:
+            if _type(pair) is not list or _len(pair) != 2:
+                raise Unplain("bad dict item")
+            out.append((decode(pair[0], resolve, depth + 1), decode(pair[1], resolve, depth + 1)))
+        return out
+
+    def big_int(text):
+        if _type(text) is not str or _len(text) > WIRE_MAX_INT_HEX:
+            raise Unplain("bad int")
+        return _int(text, 16)
+
+    def decode(node, resolve=None, depth=0):
         if depth > WIRE_MAX_DEPTH:
             raise Unplain("nested too deeply")
         if node is None or node is True or node is False:
@@ -239,38 +306,62 @@ def wire_codec():
         tag, n = node[0], _len(node)
         if n == 2 and _type(node[1]) is str:
             arg = node[1]
-            if tag == "i" and _len(arg) <= WIRE_MAX_INT_HEX:
-                return _int(arg, 16)
+            if tag == "i":
+                return big_int(arg)
             if tag == "f" and _len(arg) <= 64:
                 return _float(arg)
             if tag == "s":
                 return arg
             if tag == "b":
                 return _fromhex(arg)
+            if tag == "dc" and _len(arg) <= 4096:
+                return _import("decimal").Decimal(arg)
         elif n == 2 and _type(node[1]) is list:
+            items = node[1]
             if tag in builders:
-                return builders[tag]([decode(x, depth + 1) for x in node[1]])
-            if tag == "it":
-                return _iter([decode(x, depth + 1) for x in node[1]])
+                return builders[tag]([decode(x, resolve, depth + 1) for x in items])
+            if tag == "it" and _len(items) <= WIRE_MAX_ITEMS:
+                return _iter([decode(x, resolve, depth + 1) for x in items])
             if tag == "d":
-                out = {}
-                for pair in node[1]:
-                    if _type(pair) is not list or _len(pair) != 2:
-                        raise Unplain("bad dict item")
-                    out[decode(pair[0], depth + 1)] = decode(pair[1], depth + 1)
-                return out
+                return _dict(pairs_of(items, resolve, depth))
+            if tag == "Ct":
+                return _import("collections").Counter(_dict(pairs_of(items, resolve, depth)))
+            if tag == "od":
+                return _import("collections").OrderedDict(pairs_of(items, resolve, depth))
+            if tag == "dk":
+                return _dict.fromkeys([decode(x, resolve, depth + 1) for x in items]).keys()
+            if tag == "dv":
+                return _dict(_zip(_range(_len(items)), [decode(x, resolve, depth + 1) for x in items])).values()
+            if tag == "di":
+                pairs = [decode(x, resolve, depth + 1) for x in items]
+                if any(_type(p) is not tuple or _len(p) != 2 for p in pairs):
+                    raise Unplain("bad items view")
+                return _dict(pairs).items()
+            if tag == "R" and resolve is not None:
+                return resolve(items)
         elif n == 3 and tag == "c" and _type(node[1]) is str and _type(node[2]) is str:
             if _len(node[1]) <= 64 and _len(node[2]) <= 64:
                 return _complex(_float(node[1]), _float(node[2]))
+        elif n == 3 and tag == "dd" and (node[1] is None or node[1] in factories) and _type(node[2]) is list:
+            factory = factories[node[1]] if node[1] is not None else None
+            return _import("collections").defaultdict(factory, pairs_of(node[2], resolve, depth))
+        elif n == 3 and tag == "fr":
+            return _import("fractions").Fraction(big_int(node[1]), big_int(node[2]))
+        elif n == 4 and tag == "rg":
+            return _range(big_int(node[1]), big_int(node[2]), big_int(node[3]))
         raise Unplain(f"bad value tag {tag[:20]!r}")
 
-    def safe_decode(node):
+    def safe_decode(node, resolve=None):
         """:func:`decode`, with every failure (a bad number, an unhashable set item, ...) as ``Unplain``."""
         try:
-            return decode(node)
+            return decode(node, resolve)
         except Unplain:
             raise
-        except (ValueError, TypeError, RecursionError, OverflowError) as err:
+        except (ValueError, TypeError, RecursionError, OverflowError, ZeroDivisionError, ArithmeticError) as err:
             raise Unplain(f"{type(err).__name__}") from None
 
-    return encode, safe_decode, Unplain
+    def safe_encode(value, ref=None):
+        """:func:`encode` (positional ``depth`` not exposed)."""
+        return encode(value, ref)
+
+    return safe_encode, safe_decode, Unplain

@@ -39,8 +39,11 @@ __all__ = [
 #: ``sandbox_failure``: the sandbox could not run the check; ``parse_failure``: nothing to check could be extracted;
 #: ``verifier_exception``: the verifier itself failed; ``oversize``: the completion is longer than the verifier's
 #: ``max_completion_chars`` and was scored 0.0 without being checked; ``weak_test``: a test of the row cannot be judged
-#: apart from the program (the code verifier's ``weak_tests``), so the row is not scored.
-ANOMALY_KINDS = ("timeout", "sandbox_failure", "parse_failure", "verifier_exception", "oversize", "weak_test")
+#: apart from the program (the code verifier's ``weak_tests``), so the row is not scored; ``undefined_name``: a test
+#: of the row reads a name its dataset does not define (not the program's, a builtin or the standard library's).
+ANOMALY_KINDS = (
+    "timeout", "sandbox_failure", "parse_failure", "verifier_exception", "oversize", "weak_test", "undefined_name",
+)  # fmt: skip
 
 #: The size cap (characters of completion text) of a verifier that does not set its own ``max_completion_chars``.
 DEFAULT_MAX_COMPLETION_CHARS = 200_000

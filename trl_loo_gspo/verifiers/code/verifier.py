@@ -88,7 +88,7 @@ from ..base import Verifier, VerifierResult
 from ..text import iter_fences
 from .hacks import encoding_cookie, normalize_output, program_signals
 from .spans import code_spans
-from .test_plan import plan_test
+from .test_plan import ProgramNames, plan_test, program_names
 from .verdicts import channel_records, read_verdict
 
 _EXCERPT = 2000
@@ -230,7 +230,7 @@ class CodeVerifier(Verifier):
         if not tests and not io_cases:
             raise ValueError("CodeVerifier needs a non-empty 'tests' or 'io_cases' column")
         start, end = code_bounds(completion)
-        result = self._verify_code(completion[start:end], tests, io_cases)
+        result = self._verify_code(completion[start:end], tests, io_cases, program_names(columns))
         if self.emit_spans:
             try:
                 result.spans = code_spans(completion[start:end], start, result.details, tests, io_cases)
@@ -238,7 +238,9 @@ class CodeVerifier(Verifier):
                 result.details["spans_error"] = f"{type(err).__name__}: {err}"
         return result
 
-    def _verify_code(self, code: str, tests: list[str], io_cases: list[dict[str, Any]]) -> VerifierResult:
+    def _verify_code(
+        self, code: str, tests: list[str], io_cases: list[dict[str, Any]], names: ProgramNames | None = None
+    ) -> VerifierResult:
         details: dict[str, Any] = {"code_chars": len(code), "sandboxed": self.sandbox.sandboxed}
         if not code.strip():
             details["compiles"] = False
@@ -258,7 +260,7 @@ class CodeVerifier(Verifier):
         checks: list[dict[str, Any]] = []
         anomaly: str | None = None
         if tests:
-            outcome = self._run_tests(code, tests)
+            outcome = self._run_tests(code, tests, names or ProgramNames())
             if isinstance(outcome, VerifierResult):
                 outcome.details = {**details, **outcome.details}
                 return outcome
@@ -316,8 +318,14 @@ class CodeVerifier(Verifier):
             return VerifierResult(None, "unscorable", "sandbox_failure", {"sandbox_error": why, **info})
         return run, records, info
 
-    def _run_tests(self, code: str, tests: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]] | VerifierResult:
-        plans = [plan_test(t) for t in tests]
+    def _run_tests(
+        self, code: str, tests: list[str], names: ProgramNames
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]] | VerifierResult:
+        plans = [plan_test(t, names.entry_points, names.classes) for t in tests]
+        undefined = {i: p.undefined for i, p in enumerate(plans) if p.undefined}
+        if undefined:  # decided from the row alone: no answer of it can be judged (module docstring)
+            details = {"undefined_tests": sorted(undefined), "undefined_reasons": undefined}
+            return VerifierResult(None, "unscorable", "undefined_name", details)
         weak = {i: p.weak for i, p in enumerate(plans) if p.weak}
         if weak and self.weak_tests == "unscorable":  # decided from the row alone: the same for every answer
             return self._weak_result(weak, {})
@@ -363,10 +371,13 @@ class CodeVerifier(Verifier):
         return VerifierResult(None, "unscorable", "weak_test", details)
 
     @staticmethod
-    def weak_tests_of(tests: list[str]) -> dict[int, str]:
+    def weak_tests_of(tests: list[str], **columns: Any) -> dict[int, str]:
         """The tests of a row that are weakly verified, found from the row alone (index → why), for a dataset
-        report; a judge can still find more at run time (an argument computed by the test that is not plain data)."""
-        return {i: plan.weak for i, t in enumerate(tests) if (plan := plan_test(str(t))).weak}
+        report; a judge can still find more at run time (an argument computed by the test that is not plain data,
+        before the program answered anything). ``columns``: the row's ``entry_points``/``reference``."""
+        names = program_names(columns)
+        plans = [plan_test(str(t), names.entry_points, names.classes) for t in tests]
+        return {i: plan.weak for i, plan in enumerate(plans) if plan.weak}
 
     def _run_io(
         self, code: str, case: dict[str, Any], index: int
