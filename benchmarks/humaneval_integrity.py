@@ -275,7 +275,8 @@ def fence(code: str) -> str:
 
 
 #: One dataset row: (id, entry point, canonical program, tests, prelude written before the attacks A to C).
-Row = tuple[str, str, str, list[str], str]
+#: (row id, entry point, canonical program, the mapper's columns (``tests`` and the declared names), prelude)
+Row = tuple[str, str, str, dict[str, Any], str]
 
 
 def is_weak(result: Any) -> bool:
@@ -287,13 +288,14 @@ def is_weak(result: Any) -> bool:
 def run_suite(verifier: CodeVerifier, rows: list[Row], data_file: str, variants: list[str]) -> dict[str, Any]:
     """Every variant of every row, in one batch → passes, unscorable counts, the rows passed, weak rows."""
     completions, columns, keys = [], [], []
-    for row_id, entry, canonical, tests, prelude in rows:
+    for row_id, entry, canonical, mapped, prelude in rows:
+        tests = mapped["tests"]
         programs = {"canonical": canonical, **attacks(entry, data_file, "\n".join(tests), prelude)}
         aliases = "".join(f"\n{name} = {entry}\n" for name in program_names(tests) if name != entry)
         programs = {k: v if k == "canonical" else v + aliases for k, v in programs.items()}
         for label in variants:
             completions.append(fence(programs[label]))
-            columns.append({"tests": tests})
+            columns.append({k: v for k, v in mapped.items() if k != "prompt"})  # as the recipes pass them
             keys.append((row_id, label))
     start = time.perf_counter()
     results = verifier.verify_batch(completions, columns)
@@ -352,7 +354,7 @@ def mbpp_rows() -> list[Row]:
         entry = program_names(row["test_list"])[0]
         setup = row.get("test_setup_code") or ""
         canonical = f"{setup}\n{row['code']}".replace("\r", "")
-        rows.append((f"MBPP/{row['task_id']}", entry, canonical, map_mbpp(row)["tests"], ""))
+        rows.append((f"MBPP/{row['task_id']}", entry, canonical, map_mbpp(row), ""))
     return rows
 
 
@@ -377,7 +379,7 @@ def main() -> int:
     variants = select_variants(args.only)
     problems, data_file = load_humaneval(args.problems)
     humaneval: list[Row] = [
-        (p["task_id"], p["entry_point"], p["prompt"] + p["canonical_solution"], map_humaneval(p)["tests"], p["prompt"])
+        (p["task_id"], p["entry_point"], p["prompt"] + p["canonical_solution"], map_humaneval(p), p["prompt"])
         for p in problems
     ]
     verifier = CodeVerifier(limits=SandboxLimits(wall_timeout_s=20, cpu_time_s=10), max_workers=args.workers)

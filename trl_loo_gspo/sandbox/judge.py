@@ -15,9 +15,13 @@ Outcomes (the report, one JSON value): ``["pass", calls]``, ``["fail", reason, c
 be judged across the boundary), ``["program_error", exception, calls]`` (the program raised before any test ran).
 
 An object the program returns that is not plain data fails the call (``unserialisable: <type>``) unless the dataset
-asked for an object: the call names a class (a name of the program starting with a capital letter, e.g.
-``Solution()``) or a method of such an object; then the judge holds a handle whose methods are called in the
-candidate. So ``f(x).startswith("a")`` is ``str.startswith`` on the value ``f`` returned, even if ``f`` is a class.
+asked for an object: the request's root is a class of the row's reference (``classes`` in the host's test plan; never
+decided by capitalisation) or a handle; then the judge holds a handle whose methods, attributes, ``len``, ``iter``,
+``[]`` and ``in`` are asked of the candidate (comparison, hashing and truth stay the judge's: identity). An iterator
+the program returns is served lazily (:class:`RemoteIterator`). So ``f(x).startswith("a")`` is ``str.startswith`` on
+the value ``f`` returned, even if ``f`` is a class. A test that passes without a single request into the program
+fails (:data:`NO_CALL`); an argument that is not plain data makes the test weak only before the program answered
+anything (after, it may hold the program's answers: the test fails).
 Standard library only.
 """
 

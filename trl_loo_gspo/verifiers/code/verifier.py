@@ -31,8 +31,10 @@ and results crossing as plain data (:mod:`~trl_loo_gspo.sandbox.wire`: exact bui
 call). The judge never loads the program, the program cannot write to the judge or the result channel, and the test's
 constants stay in the judge (the program gets copies as inputs), so ``unittest.mock.ANY``, lying ``__eq__``, builtin
 subclasses, patched or shadowed builtins, forged reports and overwritten test constants have nothing to act on. Which
-of a test's names are the program's is read from the test alone (:mod:`.test_plan`); the judge's report is read by
-:mod:`.verdicts`.
+of a test's names are the program's is read from the dataset (the row's ``entry_points`` and ``reference`` columns,
+else inferred from the test; :mod:`.test_plan`): a test reading a name the dataset does not define makes the row
+unscorable (anomaly ``"undefined_name"``), and a test that passes without any call into the program fails. The
+judge's report is read by :mod:`.verdicts`.
 
 A test that must hand the program something that is not plain data (a function or class of the test, a lambda, an
 open file) cannot be judged this way: it is *weakly verified* (``details["weak_tests"]``, anomaly ``"weak_test"``),
