@@ -283,6 +283,10 @@ WRONG = {
         ["import itertools\nassert list(itertools.islice(naturals(), 5)) == [0, 1, 2, 3, 4]"],
     ),
     "in-place mutation": ("def sort_in_place(xs):\n    return None\n", ["xs = [3, 1]\nassert sort_in_place(xs) is None\nassert xs == [1, 3]"]),  # noqa: E501
+    "a call that returned a value is not written back": (
+        "def sort(xs):\n    xs.clear()\n    return []\n",
+        ["lst = [3, 1, 2]\nres = sort(lst)\nassert res == sorted(lst)"],
+    ),
     "mutation read twice is not written back": ("def f(xs):\n    xs.clear()\n    return []\n", ["xs = [1]\nassert f(xs) == xs"]),  # noqa: E501
 }  # fmt: skip
 

@@ -115,7 +115,7 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
             disqualify("malformed answer")
         return kind, answer
 
-    def value_of(target, kind, answer, args=None):
+    def value_of(target, kind, answer, args=None, write_back=None):
         """The value an answer carries: plain data, a lazy iterator, or a handle where the dataset asked for one."""
         if kind == "ok" and _len(answer) == 3:
             try:
@@ -123,7 +123,8 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
             except unplain as err:
                 disqualify(f"unserialisable: {err}")
             if args is not None and _type(answer[2]) is list and _len(answer[2]) == _len(args):
-                _write_back(args, answer[2])
+                if write_back == "always" or value is None:
+                    _write_back(args, answer[2])
             return value
         if kind == "iter" and _len(answer) == 2 and _type(answer[1]) is int and answer[1] >= 0:
             return RemoteIterator(["h", answer[1]])
@@ -137,7 +138,7 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
         request = ["call", target, [wire_argument(a) for a in args]]
         request += [[[k, wire_argument(v)] for k, v in kwargs.items()], write_back]
         kind, answer = ask(request)
-        return value_of(target, kind, answer, args if write_back else None)
+        return value_of(target, kind, answer, args if write_back else None, write_back)
 
     def _write_back(args, after):
         for original, node in zip(args, after, strict=True):
@@ -234,10 +235,16 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
             return f"<the program's iterator {_describe(object.__getattribute__(self, '_target'))}>"
 
     def statement_call(function, *args, **kwargs):
-        """A call whose mutable arguments get the program's changes written back (the host rewrote it so: a call made
-        as a statement, or one whose variable arguments the statement does not read again)."""
+        """A call made as a statement: its mutable arguments get the program's changes written back (host rewrite)."""
         if type(function) is RemoteRef:
-            return call(object.__getattribute__(function, "_target"), args, kwargs, True)
+            return call(object.__getattribute__(function, "_target"), args, kwargs, "always")
+        return function(*args, **kwargs)
+
+    def mutating_call(function, *args, **kwargs):
+        """A call inside an expression whose variable argument the statement reads only there: written back only
+        when it returned ``None`` (an in-place function; host rewrite)."""
+        if type(function) is RemoteRef:
+            return call(object.__getattribute__(function, "_target"), args, kwargs, "if_none")
         return function(*args, **kwargs)
 
     hello = None
@@ -252,7 +259,8 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
     if hello != ["ready"]:
         report(["fail", "malformed answer", 0])
         return
-    ns = {"__name__": "__main__", "__builtins__": builtins, "__loo_statement_call__": statement_call}
+    ns = {"__name__": "__main__", "__builtins__": builtins}
+    ns.update(__loo_statement_call__=statement_call, __loo_mutating_call__=mutating_call)
     for name in modules:
         try:
             ns[name] = __import__(name)

@@ -23,11 +23,13 @@ inference cannot see (a program-defined helper on the expected side).
 Objects (values that are not plain data) may come back only from a class of the row's ``reference`` (``classes``),
 or from a method of such an object; an iterator may always come back (served lazily).
 
-A call of the program whose mutable variable arguments the statement does not read again (``f(xs)`` as a statement,
-``r = f(xs)``, ``assert f(xs) is None``) is rewritten to ``__loo_statement_call__(f, xs)`` so that the judge writes
-the program's changes back into those arguments: what Python would show the test's next statement. A statement that
-reads the variable again (``assert f(xs) == xs``) gets no write-back: the result would depend on the order in which
-the program's changes reach the test.
+A call of the program made as a statement (``f(xs)``) is rewritten to ``__loo_statement_call__(f, xs)`` so that the
+judge writes the program's changes back into its mutable arguments: the test asks for the side effect. A call inside
+an expression that **returned None** — an in-place function, by Python's convention — and has a variable argument that
+its statement reads nowhere else (``assert f(xs) is None``, ``r = f(xs)``) gets the same write-back
+(``__loo_mutating_call__``), so the next statement sees ``xs`` as the program left it. A call that returned a value
+gets none (``res = sort(lst); assert res == sorted(lst)``: the program cannot empty ``lst`` to match its answer),
+nor does a statement that reads the variable again (``assert f(xs) == xs``).
 
 A test is **weakly verified** when it must hand the program something that is not plain data: a function or class
 it defines, a lambda, an open file (static check here; the judge also refuses such an argument when it meets one at
@@ -47,6 +49,8 @@ from dataclasses import dataclass
 from typing import Any
 
 STATEMENT_CALL = "__loo_statement_call__"
+#: A call inside an expression whose changes are written back only when it returned ``None`` (module docstring).
+MUTATING_CALL = "__loo_mutating_call__"
 _BUILTINS = frozenset(dir(builtins))
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) - {"__future__"}
 #: Modules whose public names a test commonly uses after an import it left out (inference mode only).
@@ -277,9 +281,9 @@ _BODY_FIELDS = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
 
 class _WriteBackCalls(ast.NodeTransformer):
     """Calls of the program (a remote name or a parameter: HumanEval's ``candidate``) that get the program's changes
-    written back (module docstring): a call made as a statement, or one with a variable argument that its statement
-    reads only there. Rewritten to ``__loo_statement_call__(f, args)``; the judge writes back only when ``f`` is in
-    fact the program's."""
+    written back (module docstring): a call made as a statement (``__loo_statement_call__(f, args)``), or one with a
+    variable argument that its statement reads only there (``__loo_mutating_call__(f, args)``: written back only if
+    it returned ``None``). The judge writes back only when ``f`` is in fact the program's."""
 
     def __init__(self, program: set[str]) -> None:
         self.changed = False
@@ -309,7 +313,7 @@ class _WriteBackCalls(ast.NodeTransformer):
         """The value of an expression statement: a program call there always writes back."""
         if isinstance(node, ast.Call) and _is_program_call(node.func, self.program):
             self.generic_visit(node)
-            return self._wrap(node)
+            return self._wrap(node, STATEMENT_CALL)
         return self.visit(node)
 
     def visit_Call(self, node: ast.Call) -> ast.expr:  # noqa: N802 - ast.NodeTransformer's naming
@@ -317,9 +321,9 @@ class _WriteBackCalls(ast.NodeTransformer):
         if _is_program_call(node.func, self.program) and any(
             isinstance(a, ast.Name) and a.id in self._once for a in node.args
         ):
-            return self._wrap(node)
+            return self._wrap(node, MUTATING_CALL)
         return node
 
-    def _wrap(self, call: ast.Call) -> ast.Call:
+    def _wrap(self, call: ast.Call, helper: str) -> ast.Call:
         self.changed = True
-        return ast.Call(ast.Name(STATEMENT_CALL, ast.Load()), [call.func, *call.args], call.keywords)
+        return ast.Call(ast.Name(helper, ast.Load()), [call.func, *call.args], call.keywords)
