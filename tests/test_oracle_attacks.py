@@ -109,7 +109,8 @@ def test_each_test_starts_from_a_fresh_interpreter(verifier):
     stateful = "calls = []\ndef f(xs):\n    calls.append(1)\n    return len(calls)\n"
     assert score(verifier, stateful, ["assert f(0) == 1", "assert f(0) == 1", "assert f(0) == 1"])[0] == 1.0
     poison = "def f(x):\n    import builtins\n    builtins.len = lambda _: 0\n    return x\n"
-    tests = ["assert f(1) == 1", "assert len('abc') == 3"]  # the second runs in a new process: len is real again
+    poison += "def g(s):\n    return len(s)\n"
+    tests = ["assert f(1) == 1", "assert g('abc') == 3"]  # the second runs in a new process: len is real again
     assert score(verifier, poison, tests)[0] == 1.0
 
 
