@@ -114,7 +114,7 @@ def test_humaneval_check_and_methods_are_targeted(spans_on):
     code += "\ndef total(xs):\n    return sum(xs)\n\ndef check(x):\n    return x\n"  # the test's own check shadows it
     check = "def check(candidate):\n    assert candidate([1, 2]) == 3\n    assert candidate([]) == 1\n\ncheck(total)\n"
     completion = f"```python\n{code}```"
-    reference = "class Solution:\n    pass\n\ndef total(xs):\n    pass\n"  # Solution() returns an object
+    reference = "class Solution:\n    def twice(self, x):\n        pass\n\ndef total(xs):\n    pass\n"  # an object
     result = spans_on.verify(completion, tests=[check, "assert Solution().twice(3) == 6"], reference=reference)
     spans = by_key(result.spans)
     assert set(spans) == {"code_block", "function:total", "function:Solution.twice"}

@@ -243,7 +243,8 @@ def test_objects_the_dataset_asks_for_are_handles_in_the_program(verifier):
     program = "class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n"
     program += "        self.items.append(x)\n    def pop(self):\n        return self.items.pop()\n"
     test = "s = Stack()\ns.push(1)\ns.push(2)\nassert s.pop() == 2\nassert s.pop() == 1"
-    reference = "class Stack:\n    pass\n"  # the dataset says Stack is a class: its calls may return objects
+    # the dataset says Stack is a class (its calls may return objects) with these methods (all a handle answers)
+    reference = "class Stack:\n    def push(self, x):\n        pass\n    def pop(self):\n        pass\n"
     answer = verifier.verify(f"```python\n{program}\n```", tests=[test], reference=reference)
     assert answer.score == 1.0, answer.details
     wrong = program.replace("self.items.pop()", "self.items[0]")

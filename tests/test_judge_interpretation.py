@@ -248,13 +248,13 @@ RIGHT = {
     "attribute of a returned object": (
         "class Point:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n",
         ["p = Point(1, 2)\nassert p.x == 1 and p.y == 2"],
-        {"reference": "class Point:\n    pass\n"},
+        {"reference": "class Point:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n"},
     ),
     "len of a returned object": (
         "class Bag:\n    def __init__(self, *xs):\n        self.xs = list(xs)\n    def __len__(self):\n"
         "        return len(self.xs)\n",
         ["assert len(Bag(1, 2, 3)) == 3"],
-        {"reference": "class Bag:\n    pass\n"},
+        {"reference": "class Bag:\n    def __len__(self):\n        pass\n"},
     ),
     "in-place mutation after a non-statement call": (
         "def sort_in_place(xs):\n    xs.sort()\n",
@@ -296,3 +296,62 @@ WRONG = {
 def test_wrong_programs_of_those_shapes_still_fail(verifier, shape):
     code, tests = WRONG[shape]
     assert judge(verifier, code, tests).score == 0.0
+
+
+# -- found by a red-team pass on this judge ---------------------------------------------------------------------
+
+LYING_RESULT = "class Yes:\n    def __getattr__(self, name):\n        return lambda *a, **k: True\n"
+LYING_RESULT += "class Solution:\n    def reverseWords(self, s):\n        return Yes()\n"
+WORDS_REFERENCE = "class Solution:\n    def reverseWords(self, s):\n        return ' '.join(reversed(s.split()))\n"
+
+
+@needs_bwrap
+def test_a_handle_answers_only_the_members_the_reference_defines(verifier):
+    tests = ["assert Solution().reverseWords('the sky is blue').startswith('blue')"]
+    assert judge(verifier, LYING_RESULT, tests, reference=WORDS_REFERENCE).score == 0.0
+    right = "class Solution:\n    def reverseWords(self, s):\n        return ' '.join(reversed(s.split()))\n"
+    assert judge(verifier, right, tests, reference=WORDS_REFERENCE).score == 1.0
+
+
+@needs_bwrap
+def test_a_program_that_dies_under_a_broad_except_cannot_make_the_test_weak(verifier):
+    tests = [
+        "class Node:\n    def __init__(self, v, nxt=None):\n        self.v, self.nxt = v, nxt\n"
+        "try:\n    assert length(None) == 0\nexcept:\n    pass\n"
+        "assert length(Node(1, Node(2))) == 2"
+    ]
+    result = judge(verifier, "import os\ndef length(h):\n    os._exit(0)\n", tests, entry_points=["length"])
+    assert result.score == 0.0 and result.anomaly != "weak_test", result.details
+
+
+@needs_bwrap
+def test_lazy_iterators_keep_their_items_and_do_not_run_far_ahead(verifier):
+    # two items, then an error: both items arrive before it
+    twice = "def gen():\n    yield 1\n    yield 2\n    raise ValueError('done')\n"
+    test = "g = gen()\nassert next(g) == 1 and next(g) == 2\ntry:\n    next(g)\nexcept ValueError:\n    pass\n"
+    assert judge(verifier, twice, [test]).score == 1.0
+    # an iterator the judge read ahead goes back to the program with the items it held
+    rest = "def nums():\n    return iter(range(1, 6))\ndef take(it):\n    return list(it)\n"
+    rest = rest.replace("iter(range(1, 6))", "(x for x in range(1, 6))")
+    test = "it = nums()\nassert next(it) == 1\nassert next(it) == 2\nassert take(it) == [3, 4, 5]"
+    assert judge(verifier, rest, [test]).score == 1.0
+    # the next item of this generator is far away: the batch stops after the items the test takes
+    slow = "import time\ndef gen():\n    yield 1\n    yield 2\n    time.sleep(30)\n    yield 3\n"
+    test = "import itertools\nassert list(itertools.islice(gen(), 2)) == [1, 2]"
+    assert judge(verifier, slow, [test]).score == 1.0
+
+
+@needs_bwrap
+def test_a_statement_call_through_a_test_variable_writes_back(verifier):
+    reference = "class Solution:\n    def rotate(self, m):\n        pass\n"
+    code = "class Solution:\n    def rotate(self, m):\n        m[:] = [list(r) for r in zip(*m[::-1])]\n"
+    tests = ["sol = Solution()\nm = [[1, 2], [3, 4]]\nsol.rotate(m)\nassert m == [[3, 1], [4, 2]]"]
+    assert judge(verifier, code, tests, reference=reference).score == 1.0
+    alias = ["g = sort_in_place\nxs = [2, 1]\ng(xs)\nassert xs == [1, 2]"]
+    assert judge(verifier, "def sort_in_place(v):\n    v.sort()\n", alias).score == 1.0
+
+
+def test_common_lower_case_function_names_are_not_forgotten_imports():
+    assert plan_test("assert add(1, 2) == 3\nassert sub(3, 1) == 2").undefined is None
+    assert plan_test("assert mean([1, 3]) == 2 and gcd(4, 6) == 2").undefined is None
+    assert "deque" in (plan_test("assert f([1]) == deque([1])").undefined or "")

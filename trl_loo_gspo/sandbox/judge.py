@@ -36,7 +36,7 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
     """Run test ``index`` of the run (read from ``tests_fd``: ``(source, remote names, modules, classes)`` per test,
     marshalled by the host) and ``report(outcome)`` once (see the module docstring)."""
     try:
-        source, remote, modules, classes = _read_test(tests_fd, index)
+        source, remote, modules, classes, members = _read_test(tests_fd, index)
         code = compile(source, "<test>", "exec")
     except BaseException as err:
         report(["fail", f"test does not compile: {type(err).__name__}", 0])
@@ -45,7 +45,7 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
     reader = WireReader(resp_r, frame_cap)
     state = {"calls": 0, "disqualified": None, "weak": None}
     exceptions = _EXCEPTIONS
-    classes = frozenset(classes)
+    classes, members = frozenset(classes), frozenset(members)
     _type, _len, _int, _min = type, len, int, min
 
     class Disqualified(BaseException):
@@ -63,9 +63,24 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
         raise Weak(reason)
 
     def ref_of(value):
-        """The target of an object of the program the judge holds (it crosses back as a reference), else None."""
+        """The target of an object of the program the judge holds (it crosses back as a reference), else None. An
+        iterator the judge read ahead goes back with the items it holds (``["hb", k, items]``)."""
         kind = _type(value)
-        return object.__getattribute__(value, "_target") if kind is RemoteRef or kind is RemoteIterator else None
+        if kind is RemoteRef:
+            return object.__getattribute__(value, "_target")
+        if kind is RemoteIterator:
+            buffered = object.__getattribute__(value, "_buffer")
+            target = object.__getattribute__(value, "_target")
+            if not buffered:
+                return target
+            return ["hb", target[1], [encode(x, ref_of) for x in buffered]]
+        return None
+
+    def member(target, name):
+        """A method or attribute of the program's object: only those the reference's classes define."""
+        if name not in members:
+            raise AttributeError(f"{name!r} is not a member of the reference's classes")
+        return ["m", target, name]
 
     def wire_argument(value):
         target = ref_of(value)
@@ -74,15 +89,15 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
         try:
             return ["v", encode(value, ref_of)]
         except unplain as err:
-            if state["calls"]:  # the test's values may now hold what the program answered: its fault, not weak
+            if state["calls"] or state["disqualified"]:  # the test's values may hold the program's answers
                 disqualify(f"a value built from the program's answers cannot be sent to it: {err}")
             weak(f"a test argument is not plain data: {err}")
 
     def receive():
         try:
             frame = reader.read()
-        except (ValueError, OSError) as err:
-            disqualify(str(err))
+        except (ValueError, OSError, MemoryError) as err:
+            disqualify(str(err) or type(err).__name__)
         if frame is None:
             disqualify("the program's process ended")
         try:
@@ -94,12 +109,12 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
         """Send one request and read its answer (counted: the test evaluated the program's output)."""
         if state["disqualified"]:
             raise Disqualified(state["disqualified"])
+        state["calls"] += 1  # counted when sent: a request the program never answered still reached it
         try:
             wire_send(req_w, request)
         except OSError:
             disqualify("the program's process ended")
         answer = receive()
-        state["calls"] += 1
         kind = answer[0] if _type(answer) is list and answer and _type(answer[0]) is str else None
         if kind == "raise" and _len(answer) == 3 and _type(answer[1]) is str:
             if answer[1] not in exceptions:
@@ -172,25 +187,27 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
         def __getattr__(self, attr):
             if attr.startswith("__"):
                 raise AttributeError(attr)
-            target = ["m", object.__getattribute__(self, "_target"), attr]
+            target = member(object.__getattribute__(self, "_target"), attr)
             kind, answer = ask(["get", target])
             return value_of(target, kind, answer)
 
         def __len__(self):
+            member(None, "__len__")
             kind, answer = ask(["len", object.__getattribute__(self, "_target")])
             return value_of(None, kind, answer)
 
         def __iter__(self):
             target = object.__getattribute__(self, "_target")
+            member(None, "__iter__")
             kind, answer = ask(["iter", target])
             value = value_of(target, kind, answer)
             return value if _type(value) is RemoteIterator else iter(value)
 
         def __getitem__(self, key):
-            return call(["m", object.__getattribute__(self, "_target"), "__getitem__"], (key,), {}, False)
+            return call(member(object.__getattribute__(self, "_target"), "__getitem__"), (key,), {}, False)
 
         def __contains__(self, item):
-            return bool(call(["m", object.__getattribute__(self, "_target"), "__contains__"], (item,), {}, False))
+            return bool(call(member(object.__getattribute__(self, "_target"), "__contains__"), (item,), {}, False))
 
         def __setattr__(self, attr, value):
             raise AttributeError("the program's objects cannot be changed by the test")
@@ -200,15 +217,18 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
 
     class RemoteIterator:
         """An iterator the program returned that is not plain data (a generator, possibly infinite): its items are
-        fetched on demand, in batches that double up to 256, each item decoded as plain data."""
+        fetched on demand, each item decoded as plain data: one at a time for the first 16 (a test that takes a few
+        items of a generator whose next item is far away never asks for it), then in batches that double up to 256
+        (the candidate stops a batch early after ~2 ms)."""
 
-        __slots__ = ("_target", "_buffer", "_ended", "_batch")
+        __slots__ = ("_target", "_buffer", "_ended", "_batch", "_fetched")
 
         def __init__(self, target):
             object.__setattr__(self, "_target", target)
             object.__setattr__(self, "_buffer", [])
             object.__setattr__(self, "_ended", False)
             object.__setattr__(self, "_batch", 1)
+            object.__setattr__(self, "_fetched", 0)
 
         def __iter__(self):
             return self
@@ -218,7 +238,8 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
             buffer = get(self, "_buffer")
             if not buffer and not get(self, "_ended"):
                 batch = get(self, "_batch")
-                object.__setattr__(self, "_batch", _min(2 * batch, 256))
+                if get(self, "_fetched") >= 16:
+                    object.__setattr__(self, "_batch", _min(2 * batch, 256))
                 kind, answer = ask(["next", get(self, "_target"), batch])
                 if kind != "items" or _len(answer) != 3 or _type(answer[1]) is not list or _len(answer[1]) > batch:
                     disqualify("malformed answer")
@@ -227,6 +248,7 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
                 except unplain as err:
                     disqualify(f"unserialisable: {err}")
                 object.__setattr__(self, "_ended", answer[2] is True)
+                object.__setattr__(self, "_fetched", get(self, "_fetched") + _len(answer[1]))
             if not buffer:
                 raise StopIteration
             return buffer.pop(0)
@@ -235,7 +257,8 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
             return f"<the program's iterator {_describe(object.__getattribute__(self, '_target'))}>"
 
     def statement_call(function, *args, **kwargs):
-        """A call made as a statement: its mutable arguments get the program's changes written back (host rewrite)."""
+        """A call made as a statement: its mutable arguments get the program's changes written back (host rewrite;
+        any callable: the write-back happens only where it is in fact the program's)."""
         if type(function) is RemoteRef:
             return call(object.__getattribute__(function, "_target"), args, kwargs, "always")
         return function(*args, **kwargs)
@@ -279,9 +302,9 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
         outcome = ["fail", "AssertionError"]
     except BaseException as err:
         outcome = ["fail", type(err).__name__]
-    if state["weak"]:  # swallowed by the test's own ``except``: still not judged
+    if state["weak"] and not state["disqualified"]:  # swallowed by the test's own ``except``: still not judged
         outcome = ["weak", state["weak"]]
-    elif state["disqualified"] and outcome[0] == "pass":
+    elif state["disqualified"]:  # swallowed by the test's own ``except``: the program's answer did not count
         outcome = ["fail", state["disqualified"]]
     elif outcome[0] == "pass" and not state["calls"]:  # nothing of the program was evaluated: proves nothing
         outcome = ["fail", NO_CALL]

@@ -114,7 +114,7 @@ def wire_parser():
             if scan is None:  # pragma: no cover
                 return loads(text)
             value, end = scan(text, 0)
-        except (StopIteration, ValueError, TypeError, RecursionError, UnicodeDecodeError) as err:
+        except (StopIteration, ValueError, TypeError, RecursionError, UnicodeDecodeError, MemoryError) as err:
             raise ValueError(f"malformed frame: {type(err).__name__}") from None
         if end != _len(text):
             raise ValueError("malformed frame: trailing data")

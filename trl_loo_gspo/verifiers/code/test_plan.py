@@ -17,11 +17,14 @@ When the row declares nothing, the program's names are inferred from the test al
 built-in, except a standard-library module used as one (``math.pi``; a stdlib name that is only *called*, like
 ``calendar(2024)``, is the program's), a name used only as a module (``np.allclose``) that is no standard-library
 module (undefined), and, when the test reads more than one such name, a public name of a common standard-library module
-(``Counter``, ``Fraction``, ``deque``: the test forgot its import; undefined). Declaring ``entry_points`` closes what
+(a capitalised one such as ``Counter`` or ``Fraction``, or ``defaultdict``, ``deque``, ``namedtuple``: the test
+forgot its import; undefined; ``add``, ``gcd``, ``mean`` stay the program's). Declaring ``entry_points`` closes what
 inference cannot see (a program-defined helper on the expected side).
 
 Objects (values that are not plain data) may come back only from a class of the row's ``reference`` (``classes``),
-or from a method of such an object; an iterator may always come back (served lazily).
+or from a method of such an object, and such a handle answers only the ``members`` the reference's classes define
+(methods, class attributes, ``self.x``: a stub with the signatures is enough); an iterator may always come back
+(served lazily).
 
 A call of the program made as a statement (``f(xs)``) is rewritten to ``__loo_statement_call__(f, xs)`` so that the
 judge writes the program's changes back into its mutable arguments: the test asks for the side effect. A call inside
@@ -60,6 +63,11 @@ _EXPORTING_MODULES = (
 )  # fmt: skip
 
 
+#: Lower-case standard-library classes a test uses as values after an import it left out; other lower-case exports
+#: (``add``, ``gcd``, ``count``, ``mean``) are common names of a program's own functions, so they are not undefined.
+_LOWERCASE_CLASS_EXPORTS = frozenset({"defaultdict", "deque", "namedtuple"})
+
+
 @dataclass(frozen=True)
 class TestPlan:
     """One test as the judge runs it.
@@ -79,19 +87,22 @@ class TestPlan:
     weak: str | None = None
     classes: tuple[str, ...] = ()
     undefined: str | None = None
+    members: tuple[str, ...] = ()
 
-    def wire(self) -> tuple[str, list[str], list[str], list[str]]:
+    def wire(self) -> tuple[str, list[str], list[str], list[str], list[str]]:
         """What the runner receives for this test."""
-        return self.source, list(self.remote), list(self.modules), list(self.classes)
+        return self.source, list(self.remote), list(self.modules), list(self.classes), list(self.members)
 
 
 @dataclass(frozen=True)
 class ProgramNames:
     """Which names of a row are the program's, read from the dataset: ``entry_points`` (``None``: inferred from
-    each test) and ``classes`` (those whose calls may return objects)."""
+    each test), ``classes`` (those whose calls may return objects) and ``members`` (the methods and attributes the
+    reference's classes define: all a handle of the program answers)."""
 
     entry_points: tuple[str, ...] | None = None
     classes: tuple[str, ...] = ()
+    members: tuple[str, ...] = ()
 
 
 def program_names(columns: Mapping[str, Any]) -> ProgramNames:
@@ -102,23 +113,38 @@ def program_names(columns: Mapping[str, Any]) -> ProgramNames:
     if isinstance(declared, str):
         declared = [declared]
     names = {str(n) for n in declared or () if str(n).isidentifier()}
-    defined, classes = _reference_names(str(columns.get("reference") or ""))
+    defined, classes, members = _reference_names(str(columns.get("reference") or ""))
     if not names and not defined:
         return ProgramNames()
-    return ProgramNames(tuple(sorted(names | defined)), tuple(sorted(classes)))
+    return ProgramNames(tuple(sorted(names | defined)), tuple(sorted(classes)), tuple(sorted(members)))
 
 
 @functools.lru_cache(maxsize=1024)
-def _reference_names(reference: str) -> tuple[frozenset[str], frozenset[str]]:
+def _reference_names(reference: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """(top-level functions and classes, classes, members of the classes: methods, class attributes, ``self.x``)."""
+    empty: frozenset[str] = frozenset()
     if not reference.strip():
-        return frozenset(), frozenset()
+        return empty, empty, empty
     try:
         tree = ast.parse(reference)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return frozenset(), frozenset()
+        return empty, empty, empty
     kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
     defined = {node.name for node in tree.body if isinstance(node, kinds)}
-    return frozenset(defined), frozenset(node.name for node in tree.body if isinstance(node, ast.ClassDef))
+    classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    members: set[str] = set()
+    for klass in classes:
+        for node in klass.body:
+            if isinstance(node, kinds):
+                members.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                members.update(t.id for t in targets if isinstance(t, ast.Name))
+        for node in ast.walk(klass):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                if isinstance(node.value, ast.Name) and node.value.id == "self":
+                    members.add(node.attr)
+    return frozenset(defined), frozenset(c.name for c in classes), frozenset(members)
 
 
 @functools.lru_cache(maxsize=1)
@@ -137,10 +163,15 @@ def _stdlib_exports() -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=4096)
-def plan_test(source: str, entry_points: tuple[str, ...] | None = None, classes: tuple[str, ...] = ()) -> TestPlan:
-    """The plan of one test (cached: the answers of a group share their tests); ``entry_points``/``classes`` as
-    :func:`program_names` reads them (``None``: infer from the test). A test that does not parse is sent unchanged:
-    the judge fails it (``test does not compile``), which is the dataset's fault for every answer."""
+def plan_test(
+    source: str,
+    entry_points: tuple[str, ...] | None = None,
+    classes: tuple[str, ...] = (),
+    members: tuple[str, ...] = (),
+) -> TestPlan:
+    """The plan of one test (cached: the answers of a group share their tests); ``entry_points``/``classes``/
+    ``members`` as :func:`program_names` reads them (``None``: infer from the test). A test that does not parse is
+    sent unchanged: the judge fails it (``test does not compile``), which is the dataset's fault for every answer."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
@@ -165,7 +196,7 @@ def plan_test(source: str, entry_points: tuple[str, ...] | None = None, classes:
         if len(rest) > 1:
             exports = _stdlib_exports()
             for name in rest - set(undefined):
-                if name in exports:
+                if name in exports and (name[:1].isupper() or name in _LOWERCASE_CLASS_EXPORTS):
                     undefined[name] = f"{exports[name]}.{name}, which the test does not import"
         remote = rest - set(undefined)
     classes = tuple(sorted(remote & set(classes)))
@@ -177,7 +208,8 @@ def plan_test(source: str, entry_points: tuple[str, ...] | None = None, classes:
     tree = rewriter.rewrite(tree)
     if rewriter.changed:
         source = ast.unparse(ast.fix_missing_locations(tree))
-    return TestPlan(source, tuple(sorted(remote)), tuple(sorted(modules)), weak, classes, why)
+    members = tuple(sorted(members)) if classes else ()
+    return TestPlan(source, tuple(sorted(remote)), tuple(sorted(modules)), weak, classes, why, members)
 
 
 def weakly_verified_rows(
@@ -202,7 +234,7 @@ def _rows_with(
     for row, tests in enumerate(tests_column):
         names = program_names(rows[row]) if rows is not None else ProgramNames()
         for t in tests or ():
-            reason = getattr(plan_test(str(t), names.entry_points, names.classes), field)
+            reason = getattr(plan_test(str(t), names.entry_points, names.classes, names.members), field)
             if reason is not None:
                 found[row] = reason
                 break
@@ -310,8 +342,12 @@ class _WriteBackCalls(ast.NodeTransformer):
         return tree
 
     def _visit_top(self, node: ast.expr) -> ast.expr:
-        """The value of an expression statement: a program call there always writes back."""
-        if isinstance(node, ast.Call) and _is_program_call(node.func, self.program):
+        """The value of an expression statement: a call there always writes back (any call: through a test variable
+        holding the program's object, ``sol.rotate(m)``, or an alias, ``g = f; g(xs)``; the judge writes back only
+        into calls that are in fact the program's)."""
+        func = node.func if isinstance(node, ast.Call) else None
+        builtin = isinstance(func, ast.Name) and func.id in _BUILTINS and func.id not in self.program
+        if func is not None and not builtin:
             self.generic_visit(node)
             return self._wrap(node, STATEMENT_CALL)
         return self.visit(node)

@@ -323,7 +323,7 @@ class CodeVerifier(Verifier):
     def _run_tests(
         self, code: str, tests: list[str], names: ProgramNames
     ) -> tuple[list[dict[str, Any]], dict[str, Any]] | VerifierResult:
-        plans = [plan_test(t, names.entry_points, names.classes) for t in tests]
+        plans = [plan_test(t, names.entry_points, names.classes, names.members) for t in tests]
         undefined = {i: p.undefined for i, p in enumerate(plans) if p.undefined}
         if undefined:  # decided from the row alone: no answer of it can be judged (module docstring)
             details = {"undefined_tests": sorted(undefined), "undefined_reasons": undefined}
@@ -378,7 +378,7 @@ class CodeVerifier(Verifier):
         report; a judge can still find more at run time (an argument computed by the test that is not plain data,
         before the program answered anything). ``columns``: the row's ``entry_points``/``reference``."""
         names = program_names(columns)
-        plans = [plan_test(str(t), names.entry_points, names.classes) for t in tests]
+        plans = [plan_test(str(t), names.entry_points, names.classes, names.members) for t in tests]
         return {i: plan.weak for i, plan in enumerate(plans) if plan.weak}
 
     def _run_io(
