@@ -26,8 +26,8 @@ from trl import GRPOConfig, GRPOTrainer
 
 from ..algorithms.advantages import ADVANTAGE_ESTIMATORS
 from ..algorithms.step_accounting import IDX, SUM_STATS, StepAccounting
-from ..config import LooGspoConfig, Objective
-from .budget import RolloutTokenBudget
+from ..config import LooGspoConfig
+from .budget import RolloutTokenBudget, RunPlan
 from .checks import NothingTrainedWarning, RewardChecks, check_dataset, check_launch, check_runtime_support
 from .entropy import EntropyFeedback
 from .forward import ForwardMixin
@@ -111,14 +111,22 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         if refusal is not None:
             raise ValueError(refusal)
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
-        self._apply_objective(args.objective)
+        # The objective, resolved once: TRL's __init__ read the user's fields (None = unset); the attributes TRL's
+        # hooks read are set from the resolved objective, which the loss, the card and the logs read too (epsilon_high
+        # below, with entropy feedback's k).
+        objective = self.objective = args.objective
+        self.loss_type, self.scale_rewards = objective.loss_type, objective.scale_rewards
+        self.importance_sampling_level, self.epsilon_low = objective.importance_sampling_level, objective.epsilon_low
         check_launch(self)
         check_runtime_support(self)
         self.checks = RewardChecks(self)
         self.publisher = Publisher(self)
         self.publisher.check_merge_support()
         self.generation = Generation(self)
-        self.sampler = DynamicSampler(self, self.generation)
+        self.run_plan = RunPlan.resolve(args)  # the stopping rules; again with the budget callbacks in train()
+        self.sampler = DynamicSampler(
+            self, self.generation, lambda: self.run_plan.tokens_left(self.counters.generated)
+        )
         self.process_feedback = ProcessFeedback(args, list(self.reward_funcs), self.processing_class, self.accelerator)
         self.reference_kl = ReferenceKL(args, self.beta, self.model, self.accelerator)
         self.entropy_feedback = EntropyFeedback(args)
@@ -128,19 +136,10 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         self._accounting = StepAccounting(args.steps_per_generation, self.num_iterations, self.accelerator.device)
         self._generation_time = 0.0  # cumulative seconds spent in generation + scoring
         self.ratio_noise = RatioNoise(self.accelerator)
-        for callback in (NothingTrainedWarning(self), RolloutTokenBudget(self), RunStateCallback(self)):
-            self.add_callback(callback)
-        self.add_callback(RegistrationToTrackers(self))
+        for callback in (NothingTrainedWarning, RolloutTokenBudget, RunStateCallback, RegistrationToTrackers):
+            self.add_callback(callback(self))
         if args.summary_table:
             self.add_callback(SummaryTable(self))
-
-    def _apply_objective(self, objective: Objective) -> None:
-        """Resolve the objective once: TRL's ``__init__`` read the user's fields (``None`` = unset); the attributes
-        TRL's hooks read are set from the resolved objective, which the loss, the card and the logs read too."""
-        self.objective = objective
-        self.loss_type, self.scale_rewards = objective.loss_type, objective.scale_rewards
-        self.importance_sampling_level = objective.importance_sampling_level
-        self.epsilon_low, self.epsilon_high = objective.epsilon_low, objective.epsilon_high
 
     # ------------------------------------------------------------------ generation (§3.1)
     def _generate(self, prompts: list):
@@ -392,6 +391,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
 
     # ------------------------------------------------------------------ registration, card, Hub (method §2)
     def train(self, *args, **kwargs):
+        # the one run plan every stopping place reads: rollout_token_budget and any RolloutTokenBudget callback
+        self.run_plan = RunPlan.resolve(self.args, self.callback_handler.callbacks)
         if self.args.register_experiment:
             self.register_experiment()
         return super().train(*args, **kwargs)
