@@ -122,6 +122,26 @@ class Objective:
     def trl_advantages(self) -> bool:
         return self.advantage_estimator == TRL_ADVANTAGES
 
+    def field_values(self) -> dict[str, Any]:
+        """The value that trains of every config field this objective resolves, by field name (:data:`FIELDS`)."""
+        return {name: getattr(self, attribute) for name, attribute in FIELDS.items()}
+
+
+#: Config field -> :class:`Objective` attribute, for every field :func:`resolve` reads and may resolve from ``None``:
+#: the one list the model card's table (``records/card.py``) and the stock baseline of a recipe ablation
+#: (``experiment/ablation/plan.py``, which leaves these at TRL's defaults) read.
+FIELDS = {
+    "loss_type": "loss_type",
+    "advantage_estimator": "advantage_estimator",
+    "scale_rewards": "scale_rewards",
+    "importance_sampling_level": "importance_sampling_level",
+    "policy_loss": "policy_loss",
+    "loss_aggregation": "loss_aggregation",
+    "epsilon": "epsilon_low",
+    "epsilon_high": "epsilon_high",
+    "log_ratio_clamp": "log_ratio_clamp",
+}
+
 
 def inferred_loss_notice(config: Any) -> str | None:
     """The notice for a ``loss_type`` left unset while a TRL-loss-only option is set (``None`` otherwise)."""
