@@ -349,11 +349,6 @@ class LooGspoConfig(GRPOConfig):
         return cls(**kwargs)
 
     @property
-    def effective_epsilon_high(self) -> float:
-        """ε_high as the trainer uses it (before entropy feedback): ``self.objective.epsilon_high``."""
-        return self.objective.epsilon_high
-
-    @property
     def uses_own_loss(self) -> bool:
         """Whether our loss computes the loss (``loss_type='loo_gspo'``, or TRL's GSPO form of ``'dapo'``)."""
         return self.objective.uses_own_loss

@@ -130,7 +130,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         self.process_feedback = ProcessFeedback(args, list(self.reward_funcs), self.processing_class, self.accelerator)
         self.reference_kl = ReferenceKL(args, self.beta, self.model, self.accelerator)
         self.entropy_feedback = EntropyFeedback(args)
-        self.epsilon_high = self.objective.epsilon_high + self.entropy_feedback.k
+        self.epsilon_high = self.entropy_feedback.epsilon_high(self.objective.epsilon_high)
         self.counters = TokenCounters()
         self.own_loss = OwnLoss(self)
         self._accounting = StepAccounting(args.steps_per_generation, self.num_iterations, self.accelerator.device)
@@ -211,7 +211,6 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         group_ids = round_data.group_ids.to(self.accelerator.device)
         local_rows = output["prompt_ids"].size(0)
         first = self.accelerator.process_index * local_rows  # this rank's rows, as TRL slices them
-        output["group_ids"] = group_ids[first : first + local_rows]  # travels with the batch
         # the optimizer step that generated the round (0-dim: TRL's split and shuffle pass it to every slice)
         output["round_step"] = torch.tensor(self.state.global_step)
         if self.objective.trl_advantages:
@@ -318,7 +317,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             entropy = float(stats[IDX["entropy_sum"]]) / max(float(stats[IDX["tokens"]]), 1.0)
             for name, value in self.entropy_feedback.update(entropy).items():
                 metrics[name].append(value)
-            self.epsilon_high = self.objective.epsilon_high + self.entropy_feedback.k
+            self.epsilon_high = self.entropy_feedback.epsilon_high(self.objective.epsilon_high)
             metrics["entropy_feedback/epsilon_high"].append(self.epsilon_high)
         metrics["timing/update_s"].append(step.update_time)
         step.end()
@@ -366,7 +365,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         for name, part in self.components().items():
             if state.get(name) is not None:
                 part.load_state_dict(state[name])
-        self.epsilon_high = self.objective.epsilon_high + self.entropy_feedback.k
+        self.epsilon_high = self.entropy_feedback.epsilon_high(self.objective.epsilon_high)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         # Runs after Trainer loaded trainer_state.json (and, if asked, rebuilt the callbacks from it).

@@ -43,6 +43,8 @@ from typing import Any
 
 import yaml
 
+from .sweep import sweep_problems
+
 TASKS = ("demo-addition", "demo-multistep", "demo-mixed", "recipe")
 BASELINE_TRAINERS = ("grpo", "loo_gspo")
 
@@ -149,9 +151,7 @@ class AblationPlan:
             if self.eval_split == "tuning" and not demo_task(self, self.seeds[0])[0].has_tuning_split:
                 raise ValueError("eval_split 'tuning' needs a task with a tuning split (task_options.tuning_*)")
         if self.sweep:
-            from .sweep import sweep_problems
-
-            problems = sweep_problems(self)
+            problems = sweep_problems(self, None if self.task == "recipe" else demo_task(self, self.seeds[0])[0])
             if problems:
                 raise ValueError("; ".join(problems))
 
