@@ -48,7 +48,7 @@ class LooGspoConfig(GRPOConfig):
             `groups/frac_with_signal`). A tolerance, because floating-point noise gives constant groups a tiny
             non-zero spread.
 
-    Objective-dependent defaults (resolved at construction, see :mod:`trl_loo_gspo.objective`): with the default
+    Objective-dependent defaults (resolved at construction, see :mod:`trl_loo_gspo.config.objective`): with the default
     `loss_type="loo_gspo"`, `epsilon=3e-4`, `epsilon_high=4e-4` (GSPO's values: sequence ratios are
     length-normalised, so token-level values such as 0.2 clip almost nothing), `importance_sampling_level=
     "sequence"`, `scale_rewards="none"`, `advantage_estimator="loo"`, `loss_aggregation="token_total"`. With any TRL
@@ -274,7 +274,7 @@ class LooGspoConfig(GRPOConfig):
         default=True, metadata={"help": "Print a rich table of the run's key figures when training ends."}
     )
 
-    # TRL fields whose default depends on the objective (resolved by `trl_loo_gspo.objective.resolve`).
+    # TRL fields whose default depends on the objective (resolved by `trl_loo_gspo.config.objective.resolve`).
     loss_type: str | None = field(
         default=None,
         metadata={
