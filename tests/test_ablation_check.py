@@ -72,7 +72,7 @@ def test_every_runs_config_is_built_before_the_first_run(tmp_path, no_training):
     text = str(error.value)
     assert "3 problem(s)" in text
     assert "baseline: loss_aggregation='token_total' needs our loss" in text
-    assert "variant 'bad-estimator': advantage_estimator='loooo' is not one of" in text
+    assert "variant 'bad-estimator': advantage_estimator='loooo' is not a registered name" in text
     assert "variant 'bad-clip': log_ratio_clamp=1e-06 must be wider" in text
     assert "variant 'ok'" not in text
 

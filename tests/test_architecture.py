@@ -135,3 +135,31 @@ def test_every_component_round_trips_its_state(tmp_path):
     fresh.load_run_state(state)
     assert fresh.run_state() == state
     assert fresh.epsilon_high == trained.epsilon_high
+
+
+def _imports(path: Path) -> set[str]:
+    """The modules ``path`` imports (relative imports as written, e.g. ``.plan``), at any depth of the file."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            names.add("." * node.level + (node.module or ""))
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_the_ablation_plan_and_sweep_do_not_import_each_other():
+    ablation = PACKAGE / "experiment" / "ablation"
+    assert ".sweep" in _imports(ablation / "plan.py")  # the plan checks its sweep section
+    assert not {".plan", "trl_loo_gspo.experiment.ablation.plan"} & _imports(ablation / "sweep.py")
+
+
+def test_no_dead_config_or_batch_key_is_left():
+    from trl_loo_gspo import LooGspoConfig
+
+    assert not hasattr(LooGspoConfig, "effective_epsilon_high")  # ε_high: trainer.epsilon_high, entropy.py's formula
+    trainer_code = (PACKAGE / "trainer" / "trainer.py").read_text()
+    assert 'output["group_ids"]' not in trainer_code  # group ids stay in RoundData; nothing read them in the batch
+    formula = "self.entropy_feedback.epsilon_high(self.objective.epsilon_high)"
+    assigned = [line.strip() for line in trainer_code.splitlines() if "self.epsilon_high =" in line]
+    assert assigned and all(line == f"self.epsilon_high = {formula}" for line in assigned), assigned

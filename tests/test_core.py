@@ -1,4 +1,4 @@
-"""Unit tests of the pure functions in trl_loo_gspo.core (no model), golden numbers in float64."""
+"""Unit tests of the pure functions in trl_loo_gspo.algorithms (no model), golden numbers in float64."""
 
 from fractions import Fraction
 

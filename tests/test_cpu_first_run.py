@@ -47,7 +47,7 @@ def test_resolve_bf16_only_fills_an_unset_value_without_accelerator(
 
 @no_bf16_here
 def test_config_without_precision_trains_in_float32_and_says_so_once(tmp_path, caplog, fresh_note):
-    with caplog.at_level(logging.WARNING, logger="trl_loo_gspo.precision"):
+    with caplog.at_level(logging.WARNING, logger="trl_loo_gspo.config.precision"):
         first = LooGspoConfig(output_dir=str(tmp_path), report_to=[])
         second = LooGspoConfig(output_dir=str(tmp_path), report_to=[])
     assert first.bf16 is False and second.bf16 is False and first.mixed_precision == "no"

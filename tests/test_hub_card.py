@@ -4,21 +4,25 @@ is a section of docs/method.md with the title the card gives it."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from trl_loo_gspo.records.card import card_sections, method_section, objective_of
+from trl_loo_gspo.config import LooGspoConfig
+from trl_loo_gspo.config.objective import FIELDS, Objective
+from trl_loo_gspo.records.card import card_sections, method_section
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _objective(**changes):
-    """An objective (duck-typed like ``trl_loo_gspo.config.objective.Objective``): LOO-GSPO unless changed."""
+    """An objective (``trl_loo_gspo.config.objective.Objective``): LOO-GSPO unless changed."""
     values = dict(
         loss_type="loo_gspo",
         uses_own_loss=True,
+        policy_loss="response_clip",
         advantage_estimator="loo",
         loss_aggregation="token_total",
         importance_sampling_level="sequence",
@@ -27,7 +31,7 @@ def _objective(**changes):
         scale_rewards="none",
     )
     values.update(changes)
-    return SimpleNamespace(**values)
+    return Objective(**values)
 
 
 def _args(**changes):
@@ -57,7 +61,9 @@ def _args(**changes):
     return SimpleNamespace(**values)
 
 
-TRL_GRPO = dict(loss_type="grpo", uses_own_loss=False, loss_aggregation=None, importance_sampling_level="token")
+TRL_GRPO = dict(
+    loss_type="grpo", uses_own_loss=False, policy_loss=None, loss_aggregation=None, importance_sampling_level="token"
+)
 TRL_GRPO_ARGS = dict(
     loss_type="grpo", loss_aggregation=None, importance_sampling_level="token", epsilon=0.2, epsilon_high=0.2
 )
@@ -118,14 +124,19 @@ def test_optional_components_are_mentioned_only_when_on():
     assert "entropy feedback (method §5.1)" in text and "(method §6)" in text and "β = 0.01" in text
 
 
-def test_the_objective_is_read_from_the_config_when_not_given():
-    own = SimpleNamespace(**vars(_args()), uses_own_loss=True)
-    assert method_section(own).startswith("## Method: LOO-GSPO")
-    stock = _args(**TRL_GRPO_ARGS, advantage_estimator="trl", scale_rewards="group")  # a plain GRPOConfig's flags
-    assert objective_of(stock).uses_own_loss is False
-    assert card_sections(stock, [], None).startswith("\n## Method: TRL's `grpo` loss with TRL's advantages")
-    given = _objective(advantage_estimator="group_mean")
-    assert objective_of(SimpleNamespace(objective=given)) is given
+def test_the_card_reads_the_one_resolution_of_the_objective(tmp_path):
+    config = LooGspoConfig(str(tmp_path), bf16=False, loss_type="grpo")  # fields left unset: TRL's values train
+    section = method_section(config, config.objective)
+    assert section.startswith("## Method: TRL's `grpo` loss with TRL's advantages")
+    table = section.split("| flag | value | meaning |")[1]
+    for name, value in config.objective.field_values().items():
+        assert f"| `{name}` |" not in table or f"| `{name}` | `{value}` |" in table, name
+    assert "| `epsilon` | `0.2` |" in table and "| `scale_rewards` | `group` |" in table
+    assert set(config.objective.field_values()) == set(FIELDS)
+    own = LooGspoConfig(str(tmp_path), bf16=False)
+    assert "| `policy_loss` | `response_clip` |" in method_section(own, own.objective)
+    registered = replace(own.objective, policy_loss="user_loss")
+    assert "the registered policy loss `user_loss`" in _paragraph(method_section(own, registered))
 
 
 def _method_sections() -> dict[str, str]:

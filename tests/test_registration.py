@@ -2,10 +2,13 @@
 
 import hashlib
 import json
+import os
+from pathlib import Path
 
 import pytest
 from datasets import Dataset
 
+import trl_loo_gspo
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
 from trl_loo_gspo.demo.tiny import addition_dataset, digit_fraction_reward
 from trl_loo_gspo.records.registration import content_fingerprint, row_hashes, split_overlap, weights_fingerprint
@@ -146,3 +149,38 @@ def test_row_hashes_read_in_batches_equal_row_by_row_hashes():
     expected = [hashlib.sha256(json.dumps(dict(row), sort_keys=True, ensure_ascii=False).encode()).hexdigest()
                 for row in dataset]  # fmt: skip
     assert row_hashes(dataset) == expected
+
+
+def _git(cwd, *args):
+    import subprocess
+
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {**os.environ, **env}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_git_commit_is_the_packages_own_checkout_or_nothing(tmp_path, monkeypatch):
+    import shutil
+
+    from trl_loo_gspo.experiment.ablation import provenance
+    from trl_loo_gspo.records.registration import git_commit
+
+    user = tmp_path / "user-project"  # the user's own repository
+    (user / "tracked").mkdir(parents=True)
+    (user / "tracked" / "code.py").write_text("x = 1\n")
+    _git(user, "init", "-q")
+    _git(user, "add", "tracked")
+    _git(user, "commit", "-q", "-m", "user's commit")
+    users_commit = _git(user, "rev-parse", "HEAD")
+    assert git_commit(user / "tracked") == users_commit  # a checkout that tracks the code: its commit
+    # an export of the package unpacked inside the user's repository (untracked there): no commit, not the user's
+    export = user / "vendor" / "trl_loo_gspo"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "trl_loo_gspo" / "records", export / "records")
+    assert git_commit(export) is None and git_commit(export / "records") is None
+    assert git_commit(tmp_path) is None  # no git checkout at all
+    # the record's commit is the one of the checkout the package was imported from, whatever the working directory
+    monkeypatch.chdir(user)
+    own = git_commit()
+    package = Path(trl_loo_gspo.__file__).resolve().parent
+    assert own == git_commit(package) and own != users_commit
+    assert provenance.git_commit() in (own, None)

@@ -153,7 +153,7 @@ def reward_none(completions, **_):
 
 def test_an_all_unscorable_run_says_it_trained_nothing(tmp_path, caplog, capsys):
     trainer = _trainer(tmp_path, reward_none, max_steps=2, summary_table=True)
-    with caplog.at_level(logging.WARNING, logger="trl_loo_gspo.run_checks"):
+    with caplog.at_level(logging.WARNING, logger="trl_loo_gspo.trainer.checks"):
         trainer.train()
     assert trainer.state.global_step == 2
     messages = [r.getMessage() for r in caplog.records]
@@ -171,7 +171,7 @@ def reward_constant(completions, **_):
 
 def test_a_run_without_comparison_signal_says_so(tmp_path, caplog):
     trainer = _trainer(tmp_path, reward_constant, max_steps=1)
-    with caplog.at_level(logging.WARNING, logger="trl_loo_gspo.run_checks"):
+    with caplog.at_level(logging.WARNING, logger="trl_loo_gspo.trainer.checks"):
         trainer.train()
     assert "no group carried a comparison signal" in trainer.nothing_trained()
     assert any("This run trained nothing" in r.getMessage() for r in caplog.records)
@@ -183,7 +183,7 @@ def reward_half_nan(completions, **_):
 
 def test_nan_rewards_are_named_once_and_the_run_still_trains(tmp_path, caplog):
     trainer = _trainer(tmp_path, reward_half_nan, max_steps=2)
-    with caplog.at_level(logging.WARNING, logger="trl_loo_gspo.run_checks"):
+    with caplog.at_level(logging.WARNING, logger="trl_loo_gspo.trainer.checks"):
         trainer.train()
     nan_notes = [r.getMessage() for r in caplog.records if "returned NaN" in r.getMessage()]
     assert len(nan_notes) == 1

@@ -13,10 +13,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._compat import check_trl_version, install_moved_paths
+from ._compat import check_trl_version
 
 check_trl_version()
-install_moved_paths()  # the 0.1 module paths keep working for one release
 
 __version__ = "0.1.0"
 

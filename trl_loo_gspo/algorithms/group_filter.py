@@ -3,7 +3,7 @@ fill the batch, how many prompts to draw next, a refill sampler with its own see
 filtered prompts are re-checked.
 
 Everything here is deterministic given its inputs: the trainer calls it on rewards gathered from all processes, so
-every process takes the same decisions. Moved from ``trl_loo_gspo.sampling`` (that path still works for one release).
+every process takes the same decisions.
 """
 
 from __future__ import annotations

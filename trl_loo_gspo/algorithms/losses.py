@@ -2,7 +2,8 @@
 
 A policy loss maps ``(logps, old_logps, advantages, mask, clip, process_advantages)`` to a :class:`PolicyLoss`:
 the per-answer loss and the clip statistics it implies, so the trainer never re-derives them. Adding a loss is one
-decorated function here plus the ``loss_type`` that selects it (:mod:`trl_loo_gspo.config.objective`).
+decorated function (here, or in any module imported before the config is built) plus ``policy_loss="name"``, which
+selects it (:mod:`trl_loo_gspo.config.objective`).
 
 Conventions: ``N`` answers (rows), ``T`` completion positions; ``mask`` is 1 on valid generated tokens (no prompt,
 no padding, no tool output); ``T_i = mask[i].sum()``.

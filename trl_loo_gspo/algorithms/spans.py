@@ -1,7 +1,7 @@
 """Process feedback (method §6): span signals from verifiers turned into per-token advantages, and the safeguards.
 
 Pure functions over tensors and span lists; the trainer only wires them in. A verifier with ``emit_spans=True``
-returns, per completion, :class:`~trl_loo_gspo.rewards.SpanSignal` s (character spans with an intermediate value in
+returns, per completion, :class:`~trl_loo_gspo.verifiers.SpanSignal` s (character spans with an intermediate value in
 [0, 1] and a comparison ``key``). Within a prompt's group, spans with the same key are compared with a leave-one-out
 baseline — exactly the outcome estimator applied to each key's column of values — and the result is broadcast to the
 tokens the span covers:

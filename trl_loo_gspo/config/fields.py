@@ -14,7 +14,7 @@ from trl import GRPOConfig
 
 from ..algorithms.group_filter import GROUP_FILTERS
 from . import objective
-from .objective import LOSS_AGGREGATIONS, LOSS_TYPE, TRL_LOSS_TYPES, Objective
+from .objective import LOSS_TYPE, TRL_LOSS_TYPES, Objective
 from .precision import resolve_bf16
 
 
@@ -32,7 +32,12 @@ class LooGspoConfig(GRPOConfig):
         loss_aggregation (`str` or `None`, *optional*, defaults to `None` = `"token_total"` with our loss):
             How per-answer losses are combined (method §3.3). `"token_total"`: Σ T_i ℓ_i / Σ T_i with one global count
             of valid completion tokens per optimizer step (all processes and accumulation steps). `"sequence_mean"`:
-            original GSPO, Σ ℓ_i / N with N the global count of answers with at least one valid token.
+            original GSPO, Σ ℓ_i / N with N the global count of answers with at least one valid token. Or any name
+            registered with `register_aggregation`.
+        policy_loss (`str` or `None`, *optional*, defaults to `None` = `"response_clip"` with our loss):
+            The policy loss of our loss path (method §3.2), by name in `trl_loo_gspo.algorithms.losses.LOSSES`:
+            `"response_clip"` (GSPO's response-level clipping), `"token_clip"` (per token; the default with
+            `importance_sampling_level="token"`), or one registered with `register_loss`.
         log_ratio_clamp (`float` or `None`, *optional*, defaults to `None`):
             Outer guard (method §5.1): clamp the sequence log-ratio log s_i to [−c, c] *before* `exp` and before the
             clipped loss; non-finite log-ratios are clamped too. Clamped answers get zero gradient. `None` turns it
@@ -43,7 +48,7 @@ class LooGspoConfig(GRPOConfig):
             `groups/frac_with_signal`). A tolerance, because floating-point noise gives constant groups a tiny
             non-zero spread.
 
-    Objective-dependent defaults (resolved at construction, see :mod:`trl_loo_gspo.objective`): with the default
+    Objective-dependent defaults (resolved at construction, see :mod:`trl_loo_gspo.config.objective`): with the default
     `loss_type="loo_gspo"`, `epsilon=3e-4`, `epsilon_high=4e-4` (GSPO's values: sequence ratios are
     length-normalised, so token-level values such as 0.2 clip almost nothing), `importance_sampling_level=
     "sequence"`, `scale_rewards="none"`, `advantage_estimator="loo"`, `loss_aggregation="token_total"`. With any TRL
@@ -67,8 +72,17 @@ class LooGspoConfig(GRPOConfig):
         metadata={
             "help": "Aggregation of our loss (method §3.3): 'token_total' (Σ T_i ℓ_i over one global count "
             "of valid tokens per optimizer step) or 'sequence_mean' (original GSPO: equal weight per answer). None = "
-            "'token_total' with our loss; must stay None with a loss TRL computes.",
-            "choices": list(LOSS_AGGREGATIONS),
+            "'token_total' with our loss; must stay None with a loss TRL computes. Any name registered with "
+            "@register_aggregation (trl_loo_gspo.algorithms.aggregation) is accepted.",
+        },
+    )
+    policy_loss: str | None = field(
+        default=None,
+        metadata={
+            "help": "Policy loss of our loss path (method §3.2): a name in trl_loo_gspo.algorithms.losses.LOSSES "
+            "('response_clip': GSPO's response-level clipping; 'token_clip': per-token clipping), or one "
+            "registered with @register_loss. None = 'response_clip' (with importance_sampling_level='token': "
+            "'token_clip'); must stay None with a loss TRL computes."
         },
     )
     log_ratio_clamp: float | None = field(
@@ -260,7 +274,7 @@ class LooGspoConfig(GRPOConfig):
         default=True, metadata={"help": "Print a rich table of the run's key figures when training ends."}
     )
 
-    # TRL fields whose default depends on the objective (resolved by `trl_loo_gspo.objective.resolve`).
+    # TRL fields whose default depends on the objective (resolved by `trl_loo_gspo.config.objective.resolve`).
     loss_type: str | None = field(
         default=None,
         metadata={
@@ -333,11 +347,6 @@ class LooGspoConfig(GRPOConfig):
         one code path, for baseline and variants."""
         kwargs.setdefault("loss_type", objective.trl_default("loss_type"))
         return cls(**kwargs)
-
-    @property
-    def effective_epsilon_high(self) -> float:
-        """ε_high as the trainer uses it (before entropy feedback): ``self.objective.epsilon_high``."""
-        return self.objective.epsilon_high
 
     @property
     def uses_own_loss(self) -> bool:

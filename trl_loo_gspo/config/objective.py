@@ -7,8 +7,16 @@ A ``LooGspoConfig`` accepts every ``GRPOConfig`` value. Two flags decide whose c
   (TRL's sequence ratio, clipped per response, summed over tokens, divided by the token count), so it runs through
   our loss with its exact global denominator; TRL's loss options (``delta``, ``off_policy_mask_threshold``, ...)
   keep it on TRL's code.
-* ``advantage_estimator``: one of :data:`trl_loo_gspo.core.ADVANTAGE_ESTIMATORS` (ours, over per-row group ids) or
-  ``"trl"`` (TRL's advantages as TRL computes them: ``scale_rewards``, ``multi_objective_aggregation``).
+* ``advantage_estimator``: one of :data:`trl_loo_gspo.algorithms.advantages.ADVANTAGE_ESTIMATORS` (ours, over
+  per-row group ids) or ``"trl"`` (TRL's advantages as TRL computes them: ``scale_rewards``,
+  ``multi_objective_aggregation``).
+* ``policy_loss`` and ``loss_aggregation`` (our loss only): names in :data:`trl_loo_gspo.algorithms.losses.LOSSES`
+  and :data:`trl_loo_gspo.algorithms.aggregation.AGGREGATIONS`.
+
+The three names are checked against the registries as they are when the config is resolved, so a loss, an
+aggregation or an estimator registered with the decorators of :mod:`trl_loo_gspo.algorithms` before the config is
+built can be selected by name (from Python, or from a recipe through its ``plugins`` modules:
+:mod:`trl_loo_gspo.experiment.build`).
 
 Fields left at ``None`` are resolved here, into a frozen :class:`Objective` (the config's fields stay as the user
 wrote them, so ``dataclasses.replace`` and a reloaded config resolve afresh): with our loss they take the GSPO-scale
@@ -27,6 +35,7 @@ from trl import GRPOConfig
 
 from ..algorithms.advantages import ADVANTAGE_ESTIMATORS
 from ..algorithms.aggregation import AGGREGATIONS
+from ..algorithms.losses import LOSSES
 
 #: ``loss_type`` of our loss.
 LOSS_TYPE = "loo_gspo"
@@ -34,7 +43,6 @@ LOSS_TYPE = "loo_gspo"
 TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 #: ``advantage_estimator`` value that keeps TRL's advantages.
 TRL_ADVANTAGES = "trl"
-LOSS_AGGREGATIONS = tuple(AGGREGATIONS)
 #: The policy loss (:data:`trl_loo_gspo.algorithms.losses.LOSSES`) our loss uses at each importance-ratio level:
 #: GSPO's response-level clipping, or (``loss_type="loo_gspo"`` with ``importance_sampling_level="token"``) the
 #: token-level control clipped per token.
@@ -114,6 +122,26 @@ class Objective:
     def trl_advantages(self) -> bool:
         return self.advantage_estimator == TRL_ADVANTAGES
 
+    def field_values(self) -> dict[str, Any]:
+        """The value that trains of every config field this objective resolves, by field name (:data:`FIELDS`)."""
+        return {name: getattr(self, attribute) for name, attribute in FIELDS.items()}
+
+
+#: Config field -> :class:`Objective` attribute, for every field :func:`resolve` reads and may resolve from ``None``:
+#: the one list the model card's table (``records/card.py``) and the stock baseline of a recipe ablation
+#: (``experiment/ablation/plan.py``, which leaves these at TRL's defaults) read.
+FIELDS = {
+    "loss_type": "loss_type",
+    "advantage_estimator": "advantage_estimator",
+    "scale_rewards": "scale_rewards",
+    "importance_sampling_level": "importance_sampling_level",
+    "policy_loss": "policy_loss",
+    "loss_aggregation": "loss_aggregation",
+    "epsilon": "epsilon_low",
+    "epsilon_high": "epsilon_high",
+    "log_ratio_clamp": "log_ratio_clamp",
+}
+
 
 def inferred_loss_notice(config: Any) -> str | None:
     """The notice for a ``loss_type`` left unset while a TRL-loss-only option is set (``None`` otherwise)."""
@@ -124,6 +152,15 @@ def inferred_loss_notice(config: Any) -> str | None:
         f"{', '.join(options)} is an option of TRL's losses, so loss_type is TRL's default "
         f"{trl_default('loss_type')!r} (TRL computes the loss; our additions still apply). Set loss_type explicitly "
         "to silence this."
+    )
+
+
+def _unknown(field: str, value: Any, registry: Any, decorator: str, extra: tuple[str, ...] = ()) -> ValueError:
+    """The error for a name no registry holds: the field, the names registered now, and how to add one."""
+    names = (*registry, *extra)
+    return ValueError(
+        f"{field}={value!r} is not a registered name; registered: {', '.join(map(repr, names))}. Register one with "
+        f"@{decorator} (trl_loo_gspo.algorithms) before the config is built."
     )
 
 
@@ -181,9 +218,10 @@ def resolve(config: Any) -> Objective:
         estimator = TRL_ADVANTAGES if (not ours or trl_scaling or normalize_then_sum) else "loo"
     if scale is None:
         scale = "none" if estimator != TRL_ADVANTAGES or ours else trl_default("scale_rewards")
-    known = (*ADVANTAGE_ESTIMATORS, TRL_ADVANTAGES)
-    if estimator not in known:
-        raise ValueError(f"advantage_estimator={estimator!r} is not one of {known}.")
+    if estimator not in ADVANTAGE_ESTIMATORS and estimator != TRL_ADVANTAGES:
+        raise _unknown(
+            "advantage_estimator", estimator, ADVANTAGE_ESTIMATORS, "register_advantage_estimator", (TRL_ADVANTAGES,)
+        )
     if estimator != TRL_ADVANTAGES:
         clash = None
         if trl_scaling:
@@ -208,9 +246,19 @@ def resolve(config: Any) -> Objective:
                 f"loss_type={LOSS_TYPE!r} for another aggregation."
             )
         if aggregation not in AGGREGATIONS:
-            raise ValueError(f"loss_aggregation={aggregation!r} is not one of {tuple(AGGREGATIONS)}.")
+            raise _unknown("loss_aggregation", aggregation, AGGREGATIONS, "register_aggregation")
+        policy_loss = POLICY_LOSS_BY_LEVEL[level] if config.policy_loss is None else config.policy_loss
+        if not ours and policy_loss != OWN_POLICY_LOSS:
+            raise ValueError(
+                f"loss_type='dapo' (GSPO's response clipping) contradicts policy_loss={policy_loss!r}. Use "
+                f"loss_type={LOSS_TYPE!r} for another policy loss."
+            )
+        if policy_loss not in LOSSES:
+            raise _unknown("policy_loss", policy_loss, LOSSES, "register_loss")
     else:
+        policy_loss = None
         for name, value, off in (
+            ("policy_loss", config.policy_loss, None),
             ("loss_aggregation", config.loss_aggregation, None),
             ("log_ratio_clamp", config.log_ratio_clamp, None),
             ("process_advantage_coef", config.process_advantage_coef, 0.0),
@@ -242,7 +290,7 @@ def resolve(config: Any) -> Objective:
     return Objective(
         loss_type=loss_type,
         uses_own_loss=own_loss,
-        policy_loss=POLICY_LOSS_BY_LEVEL[level] if own_loss else None,
+        policy_loss=policy_loss,
         loss_aggregation=aggregation if own_loss else None,
         advantage_estimator=estimator,
         importance_sampling_level=level,

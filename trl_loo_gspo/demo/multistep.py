@@ -3,7 +3,7 @@
 Problems add ``terms`` numbers (``12+34+56=``); the expected completion writes one step per addition, left to right:
 ``12+34=46;46+56=102``. The final score is 1 when the last step's result is the sum (a bare ``102`` also counts:
 the final check looks at the answer only). With ``emit_spans=True`` the verifier also returns one
-:class:`~trl_loo_gspo.rewards.SpanSignal` per step (``key="step:k"``): value 1 when the step is arithmetically right
+:class:`~trl_loo_gspo.verifiers.SpanSignal` per step (``key="step:k"``): value 1 when the step is arithmetically right
 *and* grounded — both operands come from the problem or from an earlier right step — else 0. Hack detectors, each
 sets the value to 0 and flags the span: ``unrelated`` (an operand that is neither in the problem nor an earlier
 result: true but unrelated steps such as ``1+1=2``), ``trivial`` (``x+0``, ``0+x``, or a repeat of an earlier right

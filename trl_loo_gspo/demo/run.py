@@ -30,6 +30,7 @@ from transformers.trainer_callback import PrinterCallback
 from .. import __version__
 from ..config import LooGspoConfig
 from ..trainer import LooGspoTrainer
+from ..trainer.budget import RolloutTokenBudget
 from ..trainer.reporting import SummaryTable, summary_rows, summary_table
 from .display import Display, Status, make_console, make_display
 from .evaluate import pass_rates
@@ -70,11 +71,13 @@ class DemoConfig:
 
 
 class _BudgetAndCurve(TrainerCallback):
-    """Stops at the budget (rollout tokens, or minutes if set); evaluates the validation set along the way.
+    """Stops at the budget (the trainer's run plan for rollout tokens, or minutes if set); evaluates the validation
+    set along the way.
 
-    Budget progress is ``max(tokens / rollout_tokens, elapsed / minutes)``; the validation pass rate is measured at
-    ``curve_points`` evenly spaced fractions of it, and at the end. The display is updated on each step's log (when
-    the step's reward is known).
+    Budget progress is ``max(tokens / budget, elapsed / minutes)``, the token budget read from ``trainer.run_plan``
+    (the one the sampling rounds stop at: ``_train`` gives the run ``rollout_tokens`` as a ``RolloutTokenBudget``);
+    the validation pass rate is measured at ``curve_points`` evenly spaced fractions of it, and at the end. The
+    display is updated on each step's log (when the step's reward is known).
     """
 
     def __init__(self, demo: DemoConfig, validation, tokenizer, display: Display, before: dict):
@@ -89,7 +92,8 @@ class _BudgetAndCurve(TrainerCallback):
         self.shown_points = 0
 
     def fraction(self, tokens: int) -> float:
-        done = tokens / self.demo.rollout_tokens if self.demo.rollout_tokens else 0.0
+        budget = self.trainer.run_plan.rollout_token_budget
+        done = tokens / budget if budget else 0.0
         if self.demo.minutes is not None:
             done = max(done, (time.perf_counter() - self.start) / (60 * self.demo.minutes))
         return done
@@ -207,6 +211,8 @@ def _train(name: str, trainer_cls: type, args: LooGspoConfig, model, session: _S
     display = make_display(session.console, name, session.before, demo.quiet)
     callback = _BudgetAndCurve(demo, session.validation, session.tokenizer, display, session.before)
     callback.trainer = trainer
+    if demo.rollout_tokens > 0:  # the token budget joins the trainer's run plan (its sampling rounds stop at it too)
+        trainer.add_callback(RolloutTokenBudget(trainer, demo.rollout_tokens))
     trainer.add_callback(callback)
     trainer.add_callback(StopOnCtrlC(ctrl_c))
     start = time.perf_counter()

@@ -97,7 +97,7 @@ def addition_reward(completions: list, answer: list[str], **_: object) -> list[f
 
 
 class AdditionVerifier(Verifier):
-    """The exact addition check as a :class:`~trl_loo_gspo.rewards.Verifier` (for registration and validation)."""
+    """The exact addition check as a :class:`~trl_loo_gspo.verifiers.Verifier` (for registration and validation)."""
 
     name = "addition_exact"
     version = "1"

@@ -91,11 +91,23 @@ class LooGspoScriptArguments(ScriptArguments):
         default=None,
         metadata={"help": "More reward functions as dotted import paths (e.g. my_lib.rewards.format_reward)."},
     )
+    plugins: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Python modules to import before the training config is checked (e.g. my_lib.losses): each may "
+            "register a policy loss, an aggregation or an advantage estimator with trl_loo_gspo.algorithms' "
+            "decorators, which policy_loss, loss_aggregation and advantage_estimator can then name."
+        },
+    )
 
     def __post_init__(self) -> None:
         parent = getattr(super(), "__post_init__", None)  # TRL's ScriptArguments may grow one
         if parent is not None:
             parent()
+        # The parser builds these arguments before the LooGspoConfig (make_parser's order), whose check resolves
+        # policy_loss / loss_aggregation / advantage_estimator against the registries: import the plugins first.
+        for module in self.plugins or []:
+            importlib.import_module(module)
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
         if self.prompt_format not in ("auto", "conversational", "plain"):

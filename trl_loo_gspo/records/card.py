@@ -8,7 +8,6 @@ writes the merged model when ``hub_merge_adapter`` is set (see ``docs/recipes.md
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 from typing import Any
 
 # The four sources the method builds on (docs/method.md, "Sources"), without links.
@@ -45,29 +44,6 @@ _AGGREGATIONS = {
     "valid tokens per optimizer step",
     "sequence_mean": "the answers' losses averaged with equal weight per answer, GSPO's original aggregation",
 }
-
-
-def objective_of(args: Any) -> Any:
-    """The objective that ``args`` trains: ``args.objective`` when the config has one (``LooGspoConfig``), else one
-    read from its flags (a plain ``GRPOConfig`` is TRL's loss with TRL's advantages). Duck-typed: the result has
-    ``loss_type``, ``uses_own_loss``, ``advantage_estimator``, ``loss_aggregation``, ``importance_sampling_level``,
-    ``epsilon_low``, ``epsilon_high`` and ``scale_rewards``."""
-    objective = getattr(args, "objective", None)
-    if objective is not None and not callable(objective):
-        return objective
-    own = bool(getattr(args, "uses_own_loss", False))
-    epsilon_low = getattr(args, "epsilon", None)
-    epsilon_high = getattr(args, "epsilon_high", None)
-    return SimpleNamespace(
-        loss_type=getattr(args, "loss_type", None),
-        uses_own_loss=own,
-        advantage_estimator=getattr(args, "advantage_estimator", None) or TRL_ADVANTAGES,
-        loss_aggregation=getattr(args, "loss_aggregation", None) if own else None,
-        importance_sampling_level=getattr(args, "importance_sampling_level", None) or "token",
-        epsilon_low=epsilon_low,
-        epsilon_high=epsilon_low if epsilon_high is None else epsilon_high,
-        scale_rewards=getattr(args, "scale_rewards", None),
-    )
 
 
 def _on(args: Any, name: str) -> bool:
@@ -107,14 +83,16 @@ def method_summary(objective: Any, args: Any) -> str:
         f"verifiers; {advantages}."
     ]
     if objective.uses_own_loss:
-        if objective.importance_sampling_level == "sequence":
+        bounds = f"ε_low = {objective.epsilon_low}, ε_high = {objective.epsilon_high}"
+        if objective.policy_loss == "response_clip":
             ratio = (
                 "GSPO's length-normalised sequence ratio with response-level asymmetric clipping, one clipping "
-                f"decision per answer (ε_low = {objective.epsilon_low}, ε_high = {objective.epsilon_high}; "
-                "method §3.2)"
+                f"decision per answer ({bounds}; method §3.2)"
             )
+        elif objective.policy_loss == "token_clip":
+            ratio = f"a token-level ratio clipped per token ({bounds})"
         else:
-            ratio = f"a token-level ratio (ε_low = {objective.epsilon_low}, ε_high = {objective.epsilon_high})"
+            ratio = f"the registered policy loss `{objective.policy_loss}` ({bounds})"
         aggregation = _AGGREGATIONS.get(str(objective.loss_aggregation), f"`{objective.loss_aggregation}` aggregation")
         same = "" if objective.loss_type == OWN_LOSS_TYPE else ", the objective of TRL's sequence-level loss"
         sentences.append(
@@ -139,7 +117,7 @@ def method_summary(objective: Any, args: Any) -> str:
         )
     if _on(args, "entropy_feedback"):
         sentences.append("The upper clip bound ε_high was moved by entropy feedback (method §5.1).")
-    clamp = getattr(objective, "log_ratio_clamp", getattr(args, "log_ratio_clamp", None))
+    clamp = objective.log_ratio_clamp
     if clamp is not None and objective.uses_own_loss:
         sentences.append(f"The log sequence ratio was clamped to ±{clamp} (outer guard, method §5.1).")
     if _on(args, "beta"):
@@ -150,19 +128,6 @@ def method_summary(objective: Any, args: Any) -> str:
             f"{args.process_advantage_coef} (method §6)."
         )
     return " ".join(sentences)
-
-
-# Flags a config may leave unset (``None``) that the objective resolves: the table shows the resolved value.
-_RESOLVED = {
-    "loss_type": "loss_type",
-    "advantage_estimator": "advantage_estimator",
-    "scale_rewards": "scale_rewards",
-    "importance_sampling_level": "importance_sampling_level",
-    "loss_aggregation": "loss_aggregation",
-    "epsilon": "epsilon_low",
-    "epsilon_high": "epsilon_high",
-    "log_ratio_clamp": "log_ratio_clamp",
-}
 
 
 def _flag_rows(objective: Any) -> tuple[tuple[str, str], ...]:
@@ -177,6 +142,7 @@ def _flag_rows(objective: Any) -> tuple[tuple[str, str], ...]:
     rows.append(("importance_sampling_level", "unit of the importance ratio (method §3.2)"))
     if own:
         rows += [
+            ("policy_loss", "policy loss (method §3.2)"),
             ("loss_aggregation", "aggregation (method §3.3)"),
             ("epsilon", "ε_low of the response-level ratio (method §3.2)"),
             ("epsilon_high", "ε_high of the response-level ratio (method §3.2)"),
@@ -200,14 +166,13 @@ def _flag_rows(objective: Any) -> tuple[tuple[str, str], ...]:
     return tuple(rows)
 
 
-def method_section(args: Any, objective: Any | None = None) -> str:
+def method_section(args: Any, objective: Any) -> str:
     """The objective that trained, in one paragraph, and its flags, from a ``LooGspoConfig`` (or a ``GRPOConfig``).
 
-    ``objective``: the resolved objective (``trl_loo_gspo.config.objective.Objective`` or any object with its
-    attributes, see :func:`objective_of`); read from ``args`` when not given. The paragraph names the loss and the
-    advantages that actually trained (ours, TRL's, or TRL's loss with ours), and the optional components only when
-    they were on."""
-    objective = objective_of(args) if objective is None else objective
+    ``objective``: the resolved objective (``trl_loo_gspo.config.objective.Objective``, the trainer's
+    ``trainer.objective``: the one resolution the trainer, the card and the registration record read). The paragraph
+    names the loss and the advantages that actually trained (ours, TRL's, or TRL's loss with ours), and the optional
+    components only when they were on; the table shows each resolved field's value that trained."""
     lines = [
         f"## Method: {method_title(objective)}",
         "",
@@ -216,10 +181,10 @@ def method_section(args: Any, objective: Any | None = None) -> str:
         "| flag | value | meaning |",
         "|---|---|---|",
     ]
+    resolved = objective.field_values()
     for name, meaning in _flag_rows(objective):
-        resolved = _RESOLVED.get(name)
-        if resolved is not None and hasattr(objective, resolved):  # the value that trained, not the unset field
-            lines.append(f"| `{name}` | `{getattr(objective, resolved)}` | {meaning} |")
+        if name in resolved:  # the value that trained, not the unset field
+            lines.append(f"| `{name}` | `{resolved[name]}` | {meaning} |")
         elif hasattr(args, name):
             lines.append(f"| `{name}` | `{getattr(args, name)}` | {meaning} |")
     return "\n".join(lines) + "\n"
@@ -256,9 +221,7 @@ def sources_section() -> str:
     return "## Sources\n\n" + "\n".join(f"{i}. {text}" for i, text in enumerate(SOURCES, start=1)) + "\n"
 
 
-def card_sections(
-    args: Any, history: list[dict[str, float]], record: dict[str, Any] | None, objective: Any | None = None
-) -> str:
+def card_sections(args: Any, history: list[dict[str, float]], record: dict[str, Any] | None, objective: Any) -> str:
     """Everything appended to TRL's model card, in order (``objective``: see :func:`method_section`)."""
     parts = [
         method_section(args, objective),

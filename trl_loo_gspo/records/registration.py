@@ -107,11 +107,24 @@ def package_versions() -> dict[str, str | None]:
 
 
 def git_commit(path: str | Path | None = None) -> str | None:
-    """The commit of the git checkout holding ``path`` (this package by default), or None."""
-    where = Path(path) if path is not None else Path(__file__).resolve().parent
+    """The commit of the git checkout that tracks ``path`` (this package's directory by default: the checkout the
+    package was imported from), or ``None``: an installed wheel, an export (``git archive``, an sdist), or no git.
+
+    Never the commit of another repository around ``path`` (an export unpacked inside the user's project): ``path``
+    counts as checked out only when that checkout tracks files under it.
+    """
+    where = Path(path).resolve() if path is not None else Path(__file__).resolve().parent
+    commit = _git(where, "rev-parse", "HEAD")
+    if not commit or not _git(where, "ls-files", "--", "."):  # no checkout, or one that does not track this code
+        return None
+    return commit
+
+
+def _git(where: Path, *args: str) -> str | None:
+    """``git -C where ARGS``'s output, stripped, or ``None`` when git is missing or fails."""
     try:
         result = subprocess.run(
-            ["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+            ["git", "-C", str(where), *args], capture_output=True, text=True, timeout=10, check=False
         )
     except (OSError, subprocess.SubprocessError):
         return None

@@ -1,45 +1,84 @@
-"""One rollout-token budget stopper for every trainer that counts ``generated_tokens_total`` (``LooGspoTrainer``,
-whatever its loss: the stock-TRL baseline is the same trainer): the trainer's ``rollout_token_budget`` and the
-ablation runner use it. (The demo's own stopper also handles a wall-clock budget and its learning curve.)"""
+"""The run's stopping rule on rollout tokens, with ONE owner: the trainer's :class:`RunPlan`.
+
+A budget can be given two ways: the config field ``rollout_token_budget``, or a :class:`RolloutTokenBudget` callback
+(``trainer.add_callback(RolloutTokenBudget(trainer, 300_000))``: what the ablation runner and the demo do). When
+training starts the trainer resolves both into its one frozen :class:`RunPlan` (``trainer.run_plan``: the smallest
+budget given wins), and every place that stops reads that plan: a dynamic-sampling round inside a step
+(``DynamicSampler``), the step's end (these callbacks), the demo's progress and curve, the ablation runner. No place
+keeps its own limit.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from transformers import TrainerCallback
 
 from ..algorithms.group_filter import budget_reached
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """The resolved stopping rules of one run.
+
+    Attributes:
+        rollout_token_budget: generated tokens after which training stops (every generated token counts, filtered
+            groups included); ``None`` = no budget.
+    """
+
+    rollout_token_budget: int | None = None
+
+    @classmethod
+    def resolve(cls, args: Any, callbacks: Iterable[Any] = ()) -> RunPlan:
+        """The plan of a run configured by ``args`` (its ``rollout_token_budget``) with ``callbacks`` installed (the
+        budget of each :class:`RolloutTokenBudget` among them): the smallest budget given, or none."""
+        given = [getattr(args, "rollout_token_budget", None)]
+        given += [callback.budget for callback in callbacks if isinstance(callback, RolloutTokenBudget)]
+        budgets = [int(budget) for budget in given if budget is not None]
+        return cls(rollout_token_budget=min(budgets) if budgets else None)
+
+    def reached(self, generated_tokens: int) -> bool:
+        """Whether ``generated_tokens`` spend the budget (never, without one)."""
+        return budget_reached(generated_tokens, self.rollout_token_budget)
+
+    def tokens_left(self, generated_tokens: int) -> int | None:
+        """Tokens the run may still generate after ``generated_tokens`` (0 once spent); ``None`` without a budget."""
+        if self.rollout_token_budget is None:
+            return None
+        return max(self.rollout_token_budget - generated_tokens, 0)
+
+    def progress(self, generated_tokens: int) -> int:
+        """``generated_tokens`` capped at the budget (for a progress bar)."""
+        budget = self.rollout_token_budget
+        return generated_tokens if budget is None else min(generated_tokens, budget)
+
+
 class RolloutTokenBudget(TrainerCallback):
-    """Stop training cleanly at the end of the step in which ``budget`` generated tokens are reached.
+    """Stop training cleanly at the end of the step in which the run plan's budget of generated tokens is reached.
+
+    The trainer installs one (no budget of its own: it enforces ``rollout_token_budget``); adding another with a
+    ``budget`` gives the run that budget (the trainer folds it into its :class:`RunPlan` when training starts, so the
+    sampling rounds inside a step stop at it too).
 
     Args:
-        trainer: read for ``generated_tokens_total``.
-        budget: tokens; ``None`` reads ``trainer.args.rollout_token_budget`` at every step (``None`` there = off).
-        progress: called with ``min(tokens, budget)`` after every step (e.g. a progress bar).
+        trainer: a ``LooGspoTrainer`` (read: ``run_plan`` and ``generated_tokens_total``).
+        budget: tokens, or ``None`` to add no budget (the plan's is enforced either way).
+        progress: called with the generated tokens capped at the plan's budget after every step (a progress bar).
     The stopping step is logged, and saved when saving is on.
     """
 
     def __init__(self, trainer, budget: int | None = None, progress: Callable[[int], None] | None = None) -> None:
+        if budget is not None and budget <= 0:
+            raise ValueError(f"a rollout-token budget must be > 0 or None, got {budget}.")
         self.trainer, self.budget, self.progress = trainer, budget, progress
 
-    def _limit(self) -> int | None:
-        return self.budget if self.budget is not None else getattr(self.trainer.args, "rollout_token_budget", None)
-
-    @classmethod
-    def limit_of(cls, trainer) -> int | None:
-        """The budget of ``trainer``'s stopper (the ablation runner sets it on the callback), else ``None``."""
-        for callback in trainer.callback_handler.callbacks:
-            if isinstance(callback, cls):
-                return callback._limit()
-        return None
-
     def on_step_end(self, args, state, control, **kwargs):
-        tokens, limit = self.trainer.generated_tokens_total, self._limit()
+        plan, tokens = self.trainer.run_plan, self.trainer.generated_tokens_total
         if self.progress is not None:
-            self.progress(tokens if limit is None else min(tokens, limit))
-        if budget_reached(tokens, limit):
+            self.progress(plan.progress(tokens))
+        if plan.reached(tokens):
             control.should_training_stop = True
             control.should_log = True
             control.should_save = args.save_strategy != "no"

@@ -29,6 +29,11 @@ class EntropyFeedback:
         """The current widening of ε_high (0 when the feedback is off)."""
         return self.state.k if self.on else 0.0
 
+    def epsilon_high(self, base: float) -> float:
+        """The ε_high the losses read (§5.1): the objective's ``base`` widened by k (``base`` when off). The one
+        formula; the trainer sets ``trainer.epsilon_high`` from it at construction, each step's end and a resume."""
+        return base + self.k
+
     def update(self, entropy: float) -> dict[str, float]:
         """After an optimizer step: move k (§5.1). Returns the metrics to log."""
         args = self.args

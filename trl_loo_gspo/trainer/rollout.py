@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,13 +27,11 @@ from ..algorithms.group_filter import (
     RefillSampler,
     adaptive_round_can_fill,
     allocate_group_sizes,
-    budget_reached,
     group_decisions,
     refill_prompt_count,
     resolve_refill_seed,
     select_groups,
 )
-from .budget import RolloutTokenBudget
 from .generation import Generation
 from .rows import (
     NO_SPANS,
@@ -57,9 +56,12 @@ class DynamicSampler:
     then TRL replays the batch through :class:`~trl_loo_gspo.trainer.generation.Generation`. Its state (counters,
     refill sampler, registry, re-check schedule) is checkpointed through :meth:`state_dict`."""
 
-    def __init__(self, trainer: Any, generation: Generation) -> None:
+    def __init__(
+        self, trainer: Any, generation: Generation, budget_left: Callable[[], int | None] = lambda: None
+    ) -> None:
         self.trainer = trainer
         self.generation = generation
+        self.budget_left = budget_left  # generated tokens the run plan still allows before this call (None: no budget)
         args = self.args = trainer.args
         self.accelerator = trainer.accelerator
         self.num_generations = trainer.num_generations
@@ -319,15 +321,16 @@ class DynamicSampler:
         return groups, stats, new_pending
 
     def _budget_spent(self) -> bool:
-        """Whether the rollout-token budget (``rollout_token_budget``, or the ablation's) is reached counting this
-        call's rounds so far (one sum over ranks; none without a budget): then no further round is drawn, so a run
-        with dynamic sampling passes the budget by at most one round, as a run without it does."""
-        limit = RolloutTokenBudget.limit_of(self.trainer)
-        if limit is None:
+        """Whether the run plan's rollout-token budget (``budget_left``: the trainer's :class:`RunPlan`, however the
+        budget was given) is reached counting this call's rounds so far (one sum over ranks; none without a budget):
+        then no further round is drawn, so a run with dynamic sampling passes the budget by at most one round, as a
+        run without it does."""
+        left = self.budget_left()
+        if left is None:
             return False
         local = torch.tensor([float(self.generation.peek_generated_tokens())], dtype=torch.float64)
         this_call = self.accelerator.reduce(local.to(self.accelerator.device), reduction="sum").item()
-        return budget_reached(self.trainer.generated_tokens_total + int(this_call), limit)
+        return int(this_call) >= left
 
     def sample(self, inputs: list[dict]) -> tuple[list[dict], Replay]:
         args = self.args

@@ -26,8 +26,8 @@ from trl import GRPOConfig, GRPOTrainer
 
 from ..algorithms.advantages import ADVANTAGE_ESTIMATORS
 from ..algorithms.step_accounting import IDX, SUM_STATS, StepAccounting
-from ..config import LooGspoConfig, Objective
-from .budget import RolloutTokenBudget
+from ..config import LooGspoConfig
+from .budget import RolloutTokenBudget, RunPlan
 from .checks import NothingTrainedWarning, RewardChecks, check_dataset, check_launch, check_runtime_support
 from .entropy import EntropyFeedback
 from .forward import ForwardMixin
@@ -111,36 +111,35 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         if refusal is not None:
             raise ValueError(refusal)
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
-        self._apply_objective(args.objective)
+        # The objective, resolved once: TRL's __init__ read the user's fields (None = unset); the attributes TRL's
+        # hooks read are set from the resolved objective, which the loss, the card and the logs read too (epsilon_high
+        # below, with entropy feedback's k).
+        objective = self.objective = args.objective
+        self.loss_type, self.scale_rewards = objective.loss_type, objective.scale_rewards
+        self.importance_sampling_level, self.epsilon_low = objective.importance_sampling_level, objective.epsilon_low
         check_launch(self)
         check_runtime_support(self)
         self.checks = RewardChecks(self)
         self.publisher = Publisher(self)
         self.publisher.check_merge_support()
         self.generation = Generation(self)
-        self.sampler = DynamicSampler(self, self.generation)
+        self.run_plan = RunPlan.resolve(args)  # the stopping rules; again with the budget callbacks in train()
+        self.sampler = DynamicSampler(
+            self, self.generation, lambda: self.run_plan.tokens_left(self.counters.generated)
+        )
         self.process_feedback = ProcessFeedback(args, list(self.reward_funcs), self.processing_class, self.accelerator)
         self.reference_kl = ReferenceKL(args, self.beta, self.model, self.accelerator)
         self.entropy_feedback = EntropyFeedback(args)
-        self.epsilon_high = self.objective.epsilon_high + self.entropy_feedback.k
+        self.epsilon_high = self.entropy_feedback.epsilon_high(self.objective.epsilon_high)
         self.counters = TokenCounters()
         self.own_loss = OwnLoss(self)
         self._accounting = StepAccounting(args.steps_per_generation, self.num_iterations, self.accelerator.device)
         self._generation_time = 0.0  # cumulative seconds spent in generation + scoring
         self.ratio_noise = RatioNoise(self.accelerator)
-        for callback in (NothingTrainedWarning(self), RolloutTokenBudget(self), RunStateCallback(self)):
-            self.add_callback(callback)
-        self.add_callback(RegistrationToTrackers(self))
+        for callback in (NothingTrainedWarning, RolloutTokenBudget, RunStateCallback, RegistrationToTrackers):
+            self.add_callback(callback(self))
         if args.summary_table:
             self.add_callback(SummaryTable(self))
-
-    def _apply_objective(self, objective: Objective) -> None:
-        """Resolve the objective once: TRL's ``__init__`` read the user's fields (``None`` = unset); the attributes
-        TRL's hooks read are set from the resolved objective, which the loss, the card and the logs read too."""
-        self.objective = objective
-        self.loss_type, self.scale_rewards = objective.loss_type, objective.scale_rewards
-        self.importance_sampling_level = objective.importance_sampling_level
-        self.epsilon_low, self.epsilon_high = objective.epsilon_low, objective.epsilon_high
 
     # ------------------------------------------------------------------ generation (§3.1)
     def _generate(self, prompts: list):
@@ -212,7 +211,6 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         group_ids = round_data.group_ids.to(self.accelerator.device)
         local_rows = output["prompt_ids"].size(0)
         first = self.accelerator.process_index * local_rows  # this rank's rows, as TRL slices them
-        output["group_ids"] = group_ids[first : first + local_rows]  # travels with the batch
         # the optimizer step that generated the round (0-dim: TRL's split and shuffle pass it to every slice)
         output["round_step"] = torch.tensor(self.state.global_step)
         if self.objective.trl_advantages:
@@ -319,7 +317,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             entropy = float(stats[IDX["entropy_sum"]]) / max(float(stats[IDX["tokens"]]), 1.0)
             for name, value in self.entropy_feedback.update(entropy).items():
                 metrics[name].append(value)
-            self.epsilon_high = self.objective.epsilon_high + self.entropy_feedback.k
+            self.epsilon_high = self.entropy_feedback.epsilon_high(self.objective.epsilon_high)
             metrics["entropy_feedback/epsilon_high"].append(self.epsilon_high)
         metrics["timing/update_s"].append(step.update_time)
         step.end()
@@ -367,7 +365,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         for name, part in self.components().items():
             if state.get(name) is not None:
                 part.load_state_dict(state[name])
-        self.epsilon_high = self.objective.epsilon_high + self.entropy_feedback.k
+        self.epsilon_high = self.entropy_feedback.epsilon_high(self.objective.epsilon_high)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         # Runs after Trainer loaded trainer_state.json (and, if asked, rebuilt the callbacks from it).
@@ -392,6 +390,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
 
     # ------------------------------------------------------------------ registration, card, Hub (method §2)
     def train(self, *args, **kwargs):
+        # the one run plan every stopping place reads: rollout_token_budget and any RolloutTokenBudget callback
+        self.run_plan = RunPlan.resolve(self.args, self.callback_handler.callbacks)
         if self.args.register_experiment:
             self.register_experiment()
         return super().train(*args, **kwargs)

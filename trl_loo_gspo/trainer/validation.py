@@ -75,7 +75,7 @@ class ValidationCallback(TrainerCallback):
     Args:
         trainer: the trainer (its model, tokenizer and ``generated_tokens_total`` are read).
         dataset: the validation split (a map-style dataset with a ``prompt`` column and the verifier's columns).
-        verifier: a TRL reward function / :class:`~trl_loo_gspo.rewards.Verifier`; a score ≥ ``pass_threshold``
+        verifier: a TRL reward function / :class:`~trl_loo_gspo.verifiers.Verifier`; a score ≥ ``pass_threshold``
             is a pass, ``None`` (unscorable) is not and is counted in ``eval/unscorable``.
         every_tokens: evaluate each time the cumulative generated tokens cross a multiple of this.
         samples, temperature: the sampled pass rate's answers per problem and temperature (top-k and top-p off).

@@ -43,6 +43,8 @@ from typing import Any
 
 import yaml
 
+from .sweep import sweep_problems
+
 TASKS = ("demo-addition", "demo-multistep", "demo-mixed", "recipe")
 BASELINE_TRAINERS = ("grpo", "loo_gspo")
 
@@ -149,9 +151,7 @@ class AblationPlan:
             if self.eval_split == "tuning" and not demo_task(self, self.seeds[0])[0].has_tuning_split:
                 raise ValueError("eval_split 'tuning' needs a task with a tuning split (task_options.tuning_*)")
         if self.sweep:
-            from .sweep import sweep_problems
-
-            problems = sweep_problems(self)
+            problems = sweep_problems(self, None if self.task == "recipe" else demo_task(self, self.seeds[0])[0])
             if problems:
                 raise ValueError("; ".join(problems))
 
@@ -250,10 +250,6 @@ def run_path(plan: AblationPlan, name: str, seed: int, sweep_lr: float | None = 
     return Path(plan.output_dir) / "sweep" / name / f"lr{sweep_lr:g}" / f"seed{seed}.json"
 
 
-# Fields that define the method: the baseline takes TRL's defaults for these, the recipe's values for the rest.
-_OUR_DEFAULT_CHANGES = ("epsilon", "epsilon_high", "importance_sampling_level", "scale_rewards", "loss_type")
-
-
 def recipe_args(
     plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, extra_flags: list[str] | None = None
 ):
@@ -261,14 +257,15 @@ def recipe_args(
 
     Variants: the recipe's ``LooGspoConfig`` plus ``common`` plus the variant's overrides. Stock baseline:
     ``LooGspoConfig.stock_trl`` (TRL's loss and defaults on the same trainer) with the recipe's values for every
-    field TRL has, except the method-defining ones (our own fields and the objective-dependent TRL fields:
-    ``epsilon``, ``epsilon_high``, ``importance_sampling_level``, ``scale_rewards``, ``loss_type``), which keep TRL's
-    defaults; then ``common`` and the baseline's overrides.
+    field TRL has, except the method-defining ones (our own fields and every field the objective resolves:
+    ``trl_loo_gspo.config.objective.FIELDS``, e.g. ``epsilon``, ``importance_sampling_level``, ``loss_type``), which
+    keep TRL's defaults; then ``common`` and the baseline's overrides.
     """
     from dataclasses import fields
 
     from trl import GRPOConfig
 
+    from ...config.objective import FIELDS as OBJECTIVE_FIELDS
     from ..build import make_parser
 
     out = Path(plan.output_dir) / "runs" / name / f"seed{seed}"
@@ -279,7 +276,7 @@ def recipe_args(
     settings = {**plan.common, **overrides}
     settings.setdefault("max_steps", 10**9)  # the rollout-token budget stops training
     init_fields = {f.name for f in fields(GRPOConfig if is_baseline else type(training_args)) if f.init}
-    method = ({f.name for f in fields(type(training_args))} - init_fields) | set(_OUR_DEFAULT_CHANGES)
+    method = ({f.name for f in fields(type(training_args))} - init_fields) | set(OBJECTIVE_FIELDS)
     explicit = set(yaml.safe_load(Path(plan.recipe).read_text()) or {})  # keys the recipe sets
     flagged = {flag[2:].split("=", 1)[0] for flag in plan.recipe_overrides if flag.startswith("--")}
     clash = sorted(flagged & set(settings))

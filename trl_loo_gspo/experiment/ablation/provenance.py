@@ -16,10 +16,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+from ...records import registration
 
 PACKAGE = Path(__file__).resolve().parents[2]
 _LIBRARIES = ("torch", "transformers", "trl", "peft")
@@ -47,16 +48,9 @@ def source_hash() -> str:
 
 @functools.lru_cache(maxsize=1)
 def git_commit() -> str | None:
-    """The commit of the checkout the package runs from, or ``None`` (an installed wheel, no git)."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(PACKAGE.parent), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    return out.stdout.strip() or None
+    """The commit of the checkout the package was imported from, or ``None`` (an installed wheel, an export, no git;
+    never the commit of a repository the export sits in: :func:`trl_loo_gspo.records.registration.git_commit`)."""
+    return registration.git_commit(PACKAGE)
 
 
 def _version(name: str) -> str | None:

@@ -93,11 +93,8 @@ def _train_to_budget(budget, trainer, validation_cb, verifier, name, overrides, 
     from ...trainer.budget import RolloutTokenBudget
 
     trainer.remove_callback(PrinterCallback)
-    existing = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, RolloutTokenBudget)]
-    if existing:  # LooGspoTrainer has one (for rollout_token_budget): give it the plan's budget
-        existing[0].budget, existing[0].progress = budget, progress
-    else:
-        trainer.add_callback(RolloutTokenBudget(trainer, budget, progress))
+    # the plan's budget joins the trainer's run plan (trainer.run_plan), which the sampling rounds and the steps read
+    trainer.add_callback(RolloutTokenBudget(trainer, budget, progress))
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start

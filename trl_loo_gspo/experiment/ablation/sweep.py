@@ -26,8 +26,9 @@ SWEEP_KEYS = ("learning_rates", "seeds", "rollout_tokens", "metric", "eval_every
 METRICS = ("final_pass_rate", "auc")
 
 
-def sweep_problems(plan: Any) -> list[str]:
-    """What is wrong with the plan's ``sweep`` section (empty when it is usable)."""
+def sweep_problems(plan: Any, task: Any = None) -> list[str]:
+    """What is wrong with the plan's ``sweep`` section (empty when it is usable); ``task``: the plan's built-in task
+    (``None`` for a recipe), whose tuning split the sweep scores on."""
     sweep = plan.sweep
     allowed = ", ".join(SWEEP_KEYS)
     problems = [f"sweep: unknown key {key!r} (allowed: {allowed})" for key in sweep if key not in SWEEP_KEYS]
@@ -54,7 +55,7 @@ def sweep_problems(plan: Any) -> list[str]:
         problems.append(f"sweep.metric: one of {METRICS}, got {sweep.get('metric')!r}")
     if plan.task == "recipe":
         problems.append("sweep: only for the built-in tasks (a recipe's validation split is its only held-out split)")
-    elif not getattr(_task(plan), "has_tuning_split", False):
+    elif not getattr(task, "has_tuning_split", False):
         problems.append(
             "sweep: the task holds out no tuning split; set task_options.tuning_pairs (demo-addition) or "
             "task_options.tuning_per_terms (demo-mixed) > 0"
@@ -69,12 +70,6 @@ def sweep_problems(plan: Any) -> list[str]:
 
 def _positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-
-
-def _task(plan: Any) -> Any:
-    from .plan import demo_task
-
-    return demo_task(plan, plan.seeds[0])[0]
 
 
 def sweep_budget(plan: Any) -> int:

@@ -106,8 +106,7 @@ from .script import (
 )
 from .spans import goal_probe, sentence_traces, tactic_spans
 
-# the old path ``trl_loo_gspo.rewards.proofs`` forwards here and then to the package (``_compat.MOVED``), which
-# exports the interface and screening names this module uses
+# the interface; the screening names above are the package's (``trl_loo_gspo.verifiers.proofs`` exports them)
 __all__ = ["COQ_INSTALL_HINT", "CoqBackend", "CoqVerifier", "theorem_name"]
 
 COQ_INSTALL_HINT = "install Coq (Debian/Ubuntu: `apt-get install -y coq`; or `opam install coq`)"
