@@ -7,10 +7,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -80,7 +82,7 @@ def test_bf16_on_a_machine_without_a_bf16_gpu_names_the_fix(capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the recipe's bf16 is accepted")
     line = _one_error_line(*_run(["train", "--config", MATH], capsys))
-    assert f"bf16=true (set by the recipe {MATH})" in line and "--bf16 false" in line
+    assert f"bf16=true (set by the recipe {MATH})" in line and "add --bf16 false --dtype float32 to" in line
     assert "use_cpu if you want" not in line  # not transformers' advice
 
 
@@ -320,6 +322,23 @@ def test_a_registered_aggregation_is_accepted_by_the_command_line(tmp_path, monk
     assert training_args.objective.loss_aggregation == "token_total"  # unset: the default of our loss
 
 
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_recipes_use_transformers_current_spelling_without_a_deprecation_warning(recipe, tmp_path):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        training_args = _parse(_base(recipe, "", tmp_path))[1]
+    assert training_args.activation_checkpointing is True and training_args.gradient_checkpointing is True
+    assert not [w for w in caught if "gradient_checkpointing" in str(w.message)]
+
+
+def test_the_new_spelling_is_read_as_the_old_by_an_older_transformers():
+    parser = make_parser()
+    del parser._accepts_none["activation_checkpointing"]  # as on transformers < 5.23
+    parser.set_defaults_with_config(activation_checkpointing=True)
+    action = next(a for a in parser._actions if a.dest == "gradient_checkpointing")
+    assert action.default is True
+
+
 # ----------------------------------------------------------------------------------------------------- --help
 
 
@@ -343,3 +362,23 @@ def test_help_answers_in_under_two_seconds(command, tmp_path):
         assert child.returncode == 0 and child.stdout.startswith("usage:"), child.stderr
     assert statistics.median(times) < 2.0, times
     assert not list(tmp_path.iterdir())  # answered from the shipped help, nothing built and cached
+
+
+# --------------------------------------------------------------------------------- the shipped local route
+
+
+@pytest.mark.slow
+def test_local_setup_writes_what_the_printed_command_trains_on_offline(tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # nothing may come from the Hub
+    assert main(["local-setup", str(tmp_path / "try")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert any(line.startswith(f"Wrote a tiny local model to {tmp_path / 'try' / 'model'}") for line in printed)
+    argv = shlex.split(printed[-1])
+    assert argv[:5] == ["trl-loo-gspo", "train", "--config", "recipes/math-lora.yaml", "--model_name_or_path"]
+    assert main(argv[1:]) == 0
+    out = capsys.readouterr().out
+    assert "Objective: loss_type=loo_gspo" in out and f"Model saved to {tmp_path / 'try' / 'out'}" in out
+    assert (tmp_path / "try" / "out" / "adapter_model.safetensors").exists()

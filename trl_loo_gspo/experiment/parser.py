@@ -19,6 +19,8 @@ message says what to change; the CLI prints it as one ``error:`` line):
 * A recipe file that does not exist or is not YAML, an unknown key in it or an unknown flag (with the nearest known
   one: "did you mean --dynamic_sampling?"), and ``bf16`` on a machine that cannot run it (with the flag that fixes
   it) are refused before anything is built.
+* A recipe's ``activation_checkpointing`` (transformers >= 5.23) is read as ``gradient_checkpointing`` by an older
+  transformers.
 """
 
 from __future__ import annotations
@@ -72,6 +74,12 @@ OBJECTIVE_FIELDS = (
     "importance_sampling_level",
     "scale_rewards",
 )
+#: transformers 5.23 renamed these TrainingArguments fields (the old names warn): recipes use the new names, read as
+#: the old ones by a transformers that does not have them yet.
+RENAMED = {
+    "activation_checkpointing": "gradient_checkpointing",
+    "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs",
+}
 #: The help's width, fixed (not the terminal's), so that the help text is the same everywhere.
 HELP_WIDTH = 100
 
@@ -223,6 +231,9 @@ class TrainParser(TrlParser):
                 action.required = False
 
     def set_defaults_with_config(self, **kwargs) -> list[str]:
+        for new, old in RENAMED.items():  # a recipe in transformers' new spelling, on a transformers without it
+            if new in kwargs and new not in self._accepts_none and old in self._accepts_none:
+                kwargs[old] = kwargs.pop(new)
         known = sorted(self._accepts_none)
         unknown = [key for key in kwargs if key not in known]
         if unknown:
@@ -288,10 +299,11 @@ class TrainParser(TrlParser):
 
         for dest in ("bf16", "bf16_full_eval"):
             if getattr(namespace, dest, None) and not bf16_supported(getattr(namespace, "use_cpu", False)):
+                dtype = " --dtype float32" if getattr(namespace, "dtype", None) == "bfloat16" else ""
                 raise ValueError(
                     f"{dest}=true (set {self._origin(dest)}) needs a GPU with bf16 support, and this machine has "
-                    f"none: add --{dest} false to train in float32 here (or --use_cpu true to train in bf16 on the "
-                    "CPU, slowly)"
+                    f"none: add --{dest} false{dtype} to train in float32 here (or --use_cpu true to train in bf16 "
+                    "on the CPU, slowly)"
                 )
 
     def error(self, message: str):
