@@ -13,6 +13,7 @@ import json
 import shlex
 from pathlib import Path
 
+from .policy import _hf_progress_bars_off
 from .tiny import char_tokenizer, tiny_qwen2
 
 # Rows in the raw formats of openai/gsm8k and google-research-datasets/mbpp.
@@ -56,7 +57,8 @@ def save_tiny_model(directory: Path, chat_template: bool = True) -> Path:
         tokenizer.chat_template = CHAT_TEMPLATE
     model = tiny_qwen2(tokenizer, hidden_size=32, num_hidden_layers=2, max_position_embeddings=4096)
     directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
+    with _hf_progress_bars_off():
+        model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
 
