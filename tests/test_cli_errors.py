@@ -78,6 +78,11 @@ def test_a_flag_typo_suggests_the_known_flag(capsys):
     assert "unknown flag --dynamic_samplng (did you mean --dynamic_sampling?)" in line
 
 
+def test_a_recipe_without_config_suggests_it(capsys):
+    line = _one_error_line(*_run(["train", MATH], capsys))
+    assert f"unexpected argument '{MATH}' (did you mean --config {MATH}?)" in line
+
+
 def test_bf16_on_a_machine_without_a_bf16_gpu_names_the_fix(capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the recipe's bf16 is accepted")

@@ -214,8 +214,8 @@ class TrainParser(TrlParser):
             dest = self._dest_of(option) if token.startswith("--") else None
             if dest is not None and dest in self._accepts_none:
                 value = inline if "=" in token else (args[index + 1] if index + 1 < len(args) else None)
-                if value is not None and not (value.startswith("--") and "=" not in token):
-                    self._given[dest] = value
+                is_value = value is not None and ("=" in token or not value.startswith("--"))
+                self._given[dest] = value if is_value else ""  # (a bare boolean flag: given, without a value)
                 if value in UNSET_WORDS and value is not None and not option.startswith("--no_"):
                     self._unset[dest] = self._field_defaults[dest]
                     index += 1 if "=" in token else 2
@@ -281,6 +281,10 @@ class TrainParser(TrlParser):
                 f"unknown flag{'s' if len(unknown) > 1 else ''} {', '.join(problems)}; "
                 "`trl-loo-gspo train --help` lists every flag"
             )
+        stray = [token for token in remaining if not token.startswith("-")]
+        if stray and not return_remaining_strings:
+            hint = f" (did you mean --config {stray[0]}?)" if stray[0].endswith((".yaml", ".yml")) else ""
+            raise ValueError(f"unexpected argument {stray[0]!r}{hint}: every value follows its --flag")
         self._check_precision(namespace)
         return super().parse_args_into_dataclasses(
             args=args, return_remaining_strings=return_remaining_strings, **kwargs
