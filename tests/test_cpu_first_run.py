@@ -80,18 +80,15 @@ def test_trainer_without_args_builds_on_cpu(tmp_path, monkeypatch):
 
 
 def test_train_without_model_names_what_is_required(capsys):
-    with pytest.raises(SystemExit) as stop:
-        train_main([])
+    assert train_main([]) == 2
     err = capsys.readouterr().err
-    assert stop.value.code == 2
     assert "--model_name_or_path" in err and "--dataset_name" in err and "required" in err
-    assert err.startswith("usage: trl-loo-gspo train --config RECIPE.yaml") and "Traceback" not in err
-    assert len(err.splitlines()) <= 4  # the short usage and one message, not 1,500 lines of flags
+    assert err.startswith("trl-loo-gspo train: error: ") and "Traceback" not in err
+    assert len(err.splitlines()) == 1  # one message, not 1,500 lines of flags
 
 
 def test_train_with_model_but_no_data_names_only_the_data(capsys):
-    with pytest.raises(SystemExit):
-        train_main(["--model_name_or_path", "some/model"])
+    assert train_main(["--model_name_or_path", "some/model"]) == 2
     err = capsys.readouterr().err
     assert "--dataset_name" in err and "--model_name_or_path (" not in err
 

@@ -18,6 +18,7 @@ import pytest
 import trl_loo_gspo.demo.policy as policy_module
 import trl_loo_gspo.demo.run as run_module
 from trl_loo_gspo.cli import main
+from trl_loo_gspo.demo.config import prepare_output_dir
 from trl_loo_gspo.demo.policy import PolicySpec, default_cache_dir, load_or_build_policy
 from trl_loo_gspo.demo.run import DemoConfig, run_demo
 
@@ -203,7 +204,7 @@ def test_output_to_a_log_file_is_plain_lines_then_the_tables(monkeypatch, tmp_pa
     assert len(progress) == 2  # one line per validation point (curve_points=2)
     tables = [i for i, line in enumerate(lines) if "┏" in line or "run summary" in line or "never trained on" in line]
     assert tables and progress[-1] < min(tables)
-    assert "overwrites" not in captured.out  # a new output directory: nothing to say
+    assert "earlier run" not in captured.out  # a new output directory: nothing to say
 
 
 @pytest.mark.slow
@@ -217,20 +218,52 @@ def test_the_terminal_progress_bar_starts_at_the_before_figure_and_stops_before_
     out = capsys.readouterr().out
     assert ANSI_ESCAPE.search(out)  # (the bar was drawn)
     assert not NAN.search(out)
-    assert "val pass 0.00" in out  # the before figure (the tiny policy's 0.0) from the first frame on
+    # the before figure (the tiny policy's 0.0) from the first frame on, labelled, with the time left
+    assert "val pass (sampled) 0.00" in out and "ETA" in out
     assert out.rindex("val pass") < out.index("run summary") < out.index("never trained on")
 
 
+def _earlier_run(folder: Path, interrupted: bool) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps({"interrupted": interrupted, "runs": {"earlier": {}}}))
+    (folder / "learning_curve.png").write_bytes(b"earlier plot")
+    return folder
+
+
+def test_a_complete_earlier_run_is_kept_and_the_next_free_folder_is_used(tmp_path):
+    out = _earlier_run(tmp_path / "out", interrupted=False)
+    _earlier_run(tmp_path / "out-2", interrupted=False)
+    chosen, note = prepare_output_dir(out)
+    assert chosen == tmp_path / "out-3" and chosen.is_dir()
+    assert str(out) in note and str(chosen) in note and "--overwrite" in note
+    assert json.loads((out / "metrics.json").read_text())["runs"] == {"earlier": {}}  # untouched
+
+
+def test_overwrite_and_an_interrupted_earlier_run_replace_in_place(tmp_path):
+    complete = _earlier_run(tmp_path / "complete", interrupted=False)
+    chosen, note = prepare_output_dir(complete, overwrite=True)
+    assert chosen == complete and "--overwrite" in note
+    partial = _earlier_run(tmp_path / "partial", interrupted=True)
+    chosen, note = prepare_output_dir(partial)
+    assert chosen == partial and "interrupted earlier run" in note
+    assert prepare_output_dir(tmp_path / "fresh") == (tmp_path / "fresh", None)
+
+
 @pytest.mark.slow
-def test_an_earlier_run_in_the_output_directory_is_announced_and_overwritten(monkeypatch, tmp_path, capsys):
+def test_a_second_demo_run_interrupted_never_destroys_the_complete_first_run(monkeypatch, tmp_path, capsys):
     _plain_console(monkeypatch)
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "metrics.json").write_text("{}")
-    run_demo(_tiny_demo(tmp_path))
-    notes = [line for line in capsys.readouterr().out.splitlines() if "overwrites" in line]
-    assert len(notes) == 1 and str(out) in notes[0]
-    assert json.loads((out / "metrics.json").read_text())["runs"]
+    first = run_demo(_tiny_demo(tmp_path))
+    assert not first["interrupted"]
+    before = (out / "metrics.json").read_bytes(), (out / "learning_curve.png").read_bytes()
+    capsys.readouterr()
+    _ctrl_c_at_step(monkeypatch, 1, "sigint")
+    second = run_demo(_tiny_demo(tmp_path))
+    assert second["interrupted"] and second["output_dir"] == str(tmp_path / "out-2")
+    assert ((out / "metrics.json").read_bytes(), (out / "learning_curve.png").read_bytes()) == before
+    assert json.loads((tmp_path / "out-2" / "metrics.json").read_text())["interrupted"] is True
+    notes = [line for line in capsys.readouterr().out.splitlines() if "earlier run" in line]
+    assert len(notes) == 1 and "is kept" in notes[0] and "out-2" in notes[0]
 
 
 # ------------------------------------------------------------------------------------------- test isolation

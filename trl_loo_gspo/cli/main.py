@@ -1,4 +1,10 @@
-"""The ``trl-loo-gspo`` command line (also ``python -m trl_loo_gspo``): ``train``, ``demo`` and ``ablate``."""
+"""The ``trl-loo-gspo`` command line (also ``python -m trl_loo_gspo``): ``train``, ``demo``, ``ablate`` and
+``local-setup``.
+
+Nothing heavy is imported until a command runs (``--help`` of every command answers without importing torch). User
+errors (a missing file, a bad value, a directory that cannot be written) are one ``error:`` line and exit status 2
+(:mod:`.errors`); ``--debug`` or ``TRL_LOO_GSPO_DEBUG=1`` shows the traceback.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,25 @@ import argparse
 import os
 import sys
 
+from .errors import EXIT_USAGE, UserError, as_user_errors, report, strip_debug
+
+
+def _positive_int(text: str) -> int:
+    value = int(text.replace("_", "").replace(",", ""))
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number > 0, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
 
 def _demo_parser(sub) -> None:
-    from ..demo.run import DemoConfig
+    from ..demo.config import DemoConfig
 
     defaults = DemoConfig()
     demo = sub.add_parser(
@@ -16,26 +38,36 @@ def _demo_parser(sub) -> None:
         help="Train a small local policy with verifiable rewards on a CPU in minutes (offline).",
         description="Build (or load from the cache) a small Qwen2 policy warm-started on integer addition, measure "
         "its held-out pass rate, train it with LooGspoTrainer on a rollout-token budget, and measure again. "
-        "Nothing is downloaded. Writes metrics.json and learning_curve.png to --output-dir. Ctrl-C during training "
-        "stops it and writes the results measured so far (exit status 130).",
+        "Nothing is downloaded. Writes metrics.json and learning_curve.png to --output-dir (the trained policy is "
+        "not saved: the demo measures, docs/demo.md). Ctrl-C during training stops it and writes the results "
+        "measured so far (exit status 130).",
     )
     demo.add_argument(
         "--output-dir",
         default=defaults.output_dir,
-        help="where metrics.json and learning_curve.png go (default %(default)s); the results of an earlier run "
-        "there are overwritten, and a line says so",
+        help="where metrics.json and learning_curve.png go (default %(default)s). A complete earlier run there is "
+        "kept: this run then writes to the next free DIR-2, DIR-3, ... (--overwrite replaces it instead); an "
+        "interrupted one is replaced",
+    )
+    demo.add_argument(
+        "--overwrite", action="store_true", help="replace a complete earlier run in --output-dir instead of keeping it"
     )
     demo.add_argument("--seed", type=int, default=defaults.seed, help="seeds the task split, policy and training")
     budget = demo.add_mutually_exclusive_group()
     budget.add_argument(
         "--rollout-tokens",
-        type=int,
+        type=_positive_int,
         default=defaults.rollout_tokens,
         help=f"training budget in generated tokens (default {defaults.rollout_tokens:,})",
     )
-    budget.add_argument("--minutes", type=float, default=None, help="training budget in wall-clock minutes instead")
+    budget.add_argument(
+        "--minutes", type=_positive_float, default=None, help="training budget in wall-clock minutes instead"
+    )
     demo.add_argument(
-        "--baseline", action="store_true", help="also train stock trl.GRPOTrainer on the same budget and compare"
+        "--baseline",
+        action="store_true",
+        help="also train TRL's own GRPO objective (LooGspoConfig.stock_trl: TRL's loss type, advantages and clip "
+        "defaults, on the same trainer) from the same policy on the same budget, and compare",
     )
     demo.add_argument("--fresh", action="store_true", help="rebuild the warm-started policy instead of the cache")
     demo.add_argument(
@@ -43,7 +75,12 @@ def _demo_parser(sub) -> None:
         default=None,
         help="policy cache (default: $TRL_LOO_GSPO_CACHE, else ~/.cache/trl_loo_gspo); a damaged entry is rebuilt",
     )
-    demo.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
+    demo.add_argument(
+        "--learning-rate",
+        type=_positive_float,
+        default=defaults.learning_rate,
+        help="AdamW learning rate of the training run(s), constant (default %(default)g)",
+    )
     demo.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
 
@@ -52,8 +89,8 @@ def _ablate_parser(sub) -> None:
         "ablate",
         help="Run an equal-budget ablation from a YAML file (resumable) and write results.csv, report.md and a plot.",
         description="Every (variant, seed) of the YAML trains to the same rollout-token budget and is scored on the "
-        "held-out validation split; finished runs are skipped on a re-run. See "
-        "trl_loo_gspo/experiment/ablation/plan.py for the schema and recipes/ablations/ for examples.",
+        "held-out validation split; finished runs are skipped on a re-run. The YAML's keys and what each one does: "
+        "docs/experiments.md section 3; examples: recipes/ablations/ (recipes/ablations/demo.yaml to start).",
     )
     ablate.add_argument("config", help="the ablation YAML")
     ablate.add_argument("--output-dir", default=None, help="override the YAML's output_dir")
@@ -64,14 +101,28 @@ def _ablate_parser(sub) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the ``trl-loo-gspo`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "train":  # TrlParser owns every flag of `train` (like `trl grpo`)
-        from .train import main as train_main
+def _local_setup_parser(sub) -> None:
+    local = sub.add_parser(
+        "local-setup",
+        help="Write a tiny local model and a data file for a recipe, and print the command that trains the recipe "
+        "on them (offline, on a CPU).",
+        description="For a machine that cannot reach the Hub or has no GPU: writes DIR/model (a tiny Qwen2 with a "
+        "character tokenizer and a chat template) and DIR/<task>.jsonl (rows in the raw format of the recipe's "
+        "dataset, so its mapper runs unchanged; the proofs recipe ships its data), then prints the "
+        "`trl-loo-gspo train --config recipes/<task>-lora.yaml ...` command that trains on them in seconds. The "
+        "model is untrained: this checks the setup, it does not learn the task (docs/recipes.md section 5).",
+    )
+    local.add_argument("directory", help="where the model and the data file go")
+    local.add_argument("--task", choices=["math", "code", "proofs"], default="math", help="the recipe's task")
 
-        return train_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="trl-loo-gspo", description="LOO-GSPO trainer for TRL: tools.")
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``demo`` and ``ablate`` (``train`` has its own, :mod:`trl_loo_gspo.experiment.parser`)."""
+    parser = argparse.ArgumentParser(
+        prog="trl-loo-gspo",
+        description="LOO-GSPO trainer for TRL: tools.",
+        epilog="--debug (anywhere) or TRL_LOO_GSPO_DEBUG=1: show the traceback of an error instead of one line.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser(
         "train",
@@ -80,38 +131,33 @@ def main(argv: list[str] | None = None) -> int:
     )
     _demo_parser(sub)
     _ablate_parser(sub)
-    args = parser.parse_args(argv)
+    _local_setup_parser(sub)
+    return parser
 
-    if args.command == "ablate":
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-        from ..experiment.ablation import AblationPlan, run_ablation
 
-        try:
-            plan = AblationPlan.from_yaml(args.config)
-        except (OSError, ValueError) as error:  # a bad plan: its problems, not a traceback
-            print(f"trl-loo-gspo ablate: error: {error}", file=sys.stderr)
-            return 2
-        if args.output_dir:
-            plan.output_dir = args.output_dir
-        try:
-            records = run_ablation(plan, reuse_stale=args.reuse_stale)
-        except ValueError as error:  # stale records: what they are and how to proceed
-            print(f"trl-loo-gspo ablate: error: {error}", file=sys.stderr)
-            return 2
-        if records is None:
-            print("Other `ablate` processes are still training runs of this plan; the last one writes the report.")
-        else:
-            print(f"Wrote {plan.output_dir}/results.csv, report.md and pass_rate_vs_tokens.png")
-        return 0
+def _ablate(args) -> int:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from ..experiment.ablation import AblationPlan, run_ablation
 
-    if args.command == "demo":
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-        import torch
+    with as_user_errors(OSError, ValueError):  # a bad plan: its problems, not a traceback
+        plan = AblationPlan.from_yaml(args.config)
+    if args.output_dir:
+        plan.output_dir = args.output_dir
+    with as_user_errors(ValueError):  # stale records: what they are and how to proceed
+        records = run_ablation(plan, reuse_stale=args.reuse_stale)
+    if records is None:
+        print("Other `ablate` processes are still training runs of this plan; the last one writes the report.")
+    else:
+        print(f"Wrote {plan.output_dir}/results.csv, report.md and pass_rate_vs_tokens.png")
+    return 0
 
-        from ..demo.run import EXIT_INTERRUPTED, DemoConfig, run_demo
 
-        torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
+def _demo(args) -> int:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from ..demo.config import DemoConfig, prepare_output_dir
+
+    with as_user_errors(ValueError):
         config = DemoConfig(
             output_dir=args.output_dir,
             seed=args.seed,
@@ -122,14 +168,45 @@ def main(argv: list[str] | None = None) -> int:
             cache_dir=args.cache_dir,
             learning_rate=args.learning_rate,
             quiet=args.quiet,
+            overwrite=args.overwrite,
         )
-        try:
-            metrics = run_demo(config)
-        except KeyboardInterrupt:  # before training (warm start, first evaluation): nothing measured, nothing written
-            print(f"Interrupted (Ctrl-C) before training had results to write: nothing written to {args.output_dir}.")
-            return EXIT_INTERRUPTED
-        return EXIT_INTERRUPTED if metrics.get("interrupted") else 0
-    return 0
+    with as_user_errors(OSError):  # before anything is built: an unwritable folder fails in one line, at once
+        prepare_output_dir(config.output_dir, config.overwrite)
+    import torch
+
+    from ..demo.run import EXIT_INTERRUPTED, run_demo
+
+    torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
+    try:
+        metrics = run_demo(config)
+    except KeyboardInterrupt:  # before training (warm start, first evaluation): nothing measured, nothing written
+        print(f"Interrupted (Ctrl-C) before training had results to write: nothing written to {args.output_dir}.")
+        return EXIT_INTERRUPTED
+    return EXIT_INTERRUPTED if metrics.get("interrupted") else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``trl-loo-gspo`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    argv, debug = strip_debug(list(sys.argv[1:] if argv is None else argv))
+    if argv and argv[0] == "train":  # TrlParser owns every flag of `train` (like `trl grpo`)
+        from .train import main as train_main
+
+        return train_main(argv[1:], debug=debug)
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse: usage and `error:` on stderr, exit status 2
+    try:
+        if args.command == "ablate":
+            return _ablate(args)
+        if args.command == "demo":
+            return _demo(args)
+        if args.command == "local-setup":
+            from ..demo.local import main as local_setup
+
+            with as_user_errors(OSError):
+                return local_setup(args.directory, args.task)
+    except UserError as error:
+        return report(error, f"trl-loo-gspo {args.command}", debug)
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

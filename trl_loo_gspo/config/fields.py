@@ -17,6 +17,24 @@ from . import objective
 from .objective import LOSS_TYPE, TRL_LOSS_TYPES, Objective
 from .precision import resolve_bf16
 
+#: A clip bound at least this large is token-scale: the length-normalised sequence ratio rarely leaves 1 ± 1e-2.
+TOKEN_SCALE_EPSILON = 0.01
+
+
+def epsilon_scale_notice(resolved: Objective) -> str | None:
+    """The warning for a token-scale clip range (>= 0.01) on the sequence-level ratio, else None."""
+    if resolved.importance_sampling_level != "sequence" or resolved.loss_type in ("cispo", "sapo", "vespo"):
+        return None  # (cispo reads epsilon_high as an absolute cap; sapo and vespo have no clip range)
+    if max(resolved.epsilon_low, resolved.epsilon_high) < TOKEN_SCALE_EPSILON:
+        return None
+    return (
+        f"epsilon={resolved.epsilon_low:g}, epsilon_high={resolved.epsilon_high:g} is a token-scale clip range, but "
+        "importance_sampling_level='sequence' clips the length-normalised sequence ratio s_i, which rarely leaves "
+        "1 ± 1e-2: this range clips almost nothing, so a measured clip fraction (clip_ratio/region_answers) near 0 "
+        "means the clip is inactive, not that the policy stayed close to the old one. GSPO's values are "
+        "epsilon=3e-4, epsilon_high=4e-4 (the defaults when both are unset); docs/method.md §3.2."
+    )
+
 
 @dataclass
 class LooGspoConfig(GRPOConfig):
@@ -333,6 +351,9 @@ class LooGspoConfig(GRPOConfig):
                 "set only one of them."
             )
         self._validate()
+        notice = epsilon_scale_notice(self.objective)
+        if notice is not None:
+            warnings.warn(notice, stacklevel=3)
 
     @property
     def objective(self) -> Objective:

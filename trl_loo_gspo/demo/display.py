@@ -19,6 +19,13 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
+def _eta(status: Status) -> str:
+    """``  ETA h:mm:ss`` from the budget fraction done so far (empty before any progress or once done)."""
+    if not 0.0 < status.fraction < 1.0:
+        return ""
+    return f"  ETA {_clock(status.seconds * (1.0 - status.fraction) / status.fraction)}"
+
+
 @dataclass
 class Status:
     """What the training display shows after a step."""
@@ -50,7 +57,7 @@ class BarDisplay(Display):
     """A rich progress bar, redrawn in place (interactive terminals only)."""
 
     def __init__(self, console, name: str, before: dict) -> None:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         super().__init__(console, name)
         columns = [
@@ -58,8 +65,10 @@ class BarDisplay(Display):
             BarColumn(),
             TextColumn("{task.fields[tokens]:,} rollout tokens"),
             TextColumn("reward {task.fields[reward]}"),
-            TextColumn("val pass {task.fields[pass_rate]}"),
+            TextColumn("val pass (sampled) {task.fields[pass_rate]}"),
             TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
         ]
         self.progress = Progress(*columns, console=console, transient=False)
         self.task_id = self.progress.add_task(
@@ -97,7 +106,7 @@ class LineDisplay(Display):
         self.console.print(
             f"{self.name} {100 * min(status.fraction, 1.0):3.0f}%  {status.tokens:,} rollout tokens  "
             f"reward {fmt(status.reward)}  val pass {fmt(point['sampled'], 3)} sampled, "
-            f"{fmt(point['greedy'], 3)} greedy  {_clock(status.seconds)}",
+            f"{fmt(point['greedy'], 3)} greedy  {_clock(status.seconds)}{_eta(status)}",
             soft_wrap=True,
             markup=False,
             highlight=False,

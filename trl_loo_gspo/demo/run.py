@@ -18,8 +18,7 @@ import os
 import platform
 import time
 import warnings
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from ..config import LooGspoConfig
 from ..trainer import LooGspoTrainer
 from ..trainer.budget import RolloutTokenBudget
 from ..trainer.reporting import SummaryTable, summary_rows, summary_table
+from .config import DemoConfig, prepare_output_dir
 from .display import Display, Status, make_console, make_display
 from .evaluate import pass_rates
 from .interrupt import CtrlC, StopOnCtrlC
@@ -40,34 +40,6 @@ from .task import AdditionTask, addition_reward
 
 #: The CLI's exit status after Ctrl-C (128 + SIGINT, as a shell reports a process killed by Ctrl-C).
 EXIT_INTERRUPTED = 130
-
-
-@dataclass
-class DemoConfig:
-    """Settings of one demo run (the CLI's flags)."""
-
-    output_dir: str = "loo-gspo-demo"
-    seed: int = 0
-    rollout_tokens: int = 700_000
-    minutes: float | None = None
-    baseline: bool = False
-    fresh: bool = False
-    cache_dir: str | None = None
-    learning_rate: float = 1e-4
-    prompts_per_step: int = 32
-    num_generations: int = 8
-    eval_samples: int = 8
-    curve_points: int = 8
-    digits: int = 2
-    quiet: bool = False
-    # Only for tests: shrink the warm start (a tiny budget must still exercise every step of the demo).
-    policy_overrides: dict = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.minutes is None and self.rollout_tokens <= 0:
-            raise ValueError("the demo needs a budget: rollout_tokens > 0 or minutes > 0")
-        if self.minutes is not None and self.minutes <= 0:
-            raise ValueError(f"minutes must be > 0, got {self.minutes}")
 
 
 class _BudgetAndCurve(TrainerCallback):
@@ -226,12 +198,6 @@ def _train(name: str, trainer_cls: type, args: LooGspoConfig, model, session: _S
     return _RunResult(trainer, callback.curve, time.perf_counter() - start, killed or ctrl_c.requested)
 
 
-def _note_overwrite(output_dir: Path, log: Callable[[str], None]) -> None:
-    """Say so when ``output_dir`` already holds an earlier run's results (this run overwrites them)."""
-    if (output_dir / "metrics.json").exists():
-        log(f"Note: {output_dir} holds an earlier run's results; this run overwrites its metrics.json and PNG.")
-
-
 def _run_record(before: dict, after: dict | None, result: _RunResult, args) -> dict:
     """One run's entry in metrics.json (``after`` is None when Ctrl-C skipped the final evaluation)."""
     trainer = result.trainer
@@ -287,9 +253,9 @@ def run_demo(demo: DemoConfig) -> dict:
         console.print(message, soft_wrap=True, markup=False)
 
     total_start = time.perf_counter()
-    output_dir = Path(demo.output_dir)
-    _note_overwrite(output_dir, log)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir, note = prepare_output_dir(demo.output_dir, demo.overwrite)  # a complete earlier run is kept
+    if note:
+        log(note)
     torch.manual_seed(demo.seed)
 
     task = AdditionTask(digits=demo.digits, seed=demo.seed)
@@ -318,6 +284,7 @@ def run_demo(demo: DemoConfig) -> dict:
             "validation_size": len(validation),
             "policy": policy_info,
             "interrupted": interrupted,
+            "output_dir": str(output_dir),
             "runs": runs,
             "total_seconds": round(time.perf_counter() - total_start, 1),
         }
@@ -425,8 +392,10 @@ def plot_curves(runs: dict, path: Path, interrupted: bool = False) -> None:
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    suffix = " (interrupted: partial)" if interrupted else ""
-    ax.set_title(f"trl-loo-gspo demo: held-out pass rate vs rollout tokens{suffix}")
+    title = "trl-loo-gspo demo: held-out pass rate vs rollout tokens"
+    if interrupted:  # on a line of its own: appended, the title no longer fits the figure's width
+        title += "\n(interrupted by Ctrl-C: partial results)"
+    ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -307,10 +307,99 @@ def build_trainer(
     return trainer
 
 
-def run(script_args: LooGspoScriptArguments, training_args: LooGspoConfig, model_args: ModelConfig):
-    """Train, save, push (if ``push_to_hub``); returns the trainer."""
-    trainer = build_trainer(script_args, training_args, model_args)
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+def check_output_dir(output_dir: str) -> None:
+    """Raise ``OSError`` naming ``output_dir`` when it cannot be created or written (before any model is loaded)."""
+    import uuid
+
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        probe = os.path.join(output_dir, f".write-check-{uuid.uuid4().hex[:8]}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise OSError(f"output_dir {output_dir} cannot be written ({reason}): choose another --output_dir") from error
+
+
+def _hub_unreachable(timeout: float = 10.0) -> str | None:
+    """One request to the Hub endpoint (``HF_ENDPOINT``, proxies as the Hub client uses them): None when it answered,
+    else why not. ``HF_HUB_OFFLINE`` set: not tried."""
+    from huggingface_hub import constants, get_session
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    try:
+        get_session().head(constants.ENDPOINT, timeout=timeout)
+    except Exception as error:  # any transport failure: DNS, refused, timeout, proxy, TLS
+        return f"{constants.ENDPOINT} cannot be reached: {' '.join(str(error).split()) or type(error).__name__}"
+    return None
+
+
+def _model_cached(name: str, revision: str | None) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str)
+    except Exception:  # not a valid repo id
+        return False
+
+
+def _go_offline() -> None:
+    """Hub clients (huggingface_hub, transformers, datasets) stop trying the network for the rest of the run."""
+    os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+    from huggingface_hub import constants
+
+    constants.HF_HUB_OFFLINE = True
+    try:
+        import datasets.config
+
+        datasets.config.HF_HUB_OFFLINE = True
+    except (ImportError, AttributeError):  # pragma: no cover
+        pass
+
+
+def check_reachable(script_args: LooGspoScriptArguments, model_args: ModelConfig) -> None:
+    """A Hub model or dataset (not a local path) when the Hub cannot be reached: one request, then a
+    ``ValueError`` naming the field and the local alternative, unless the model is in the local Hub cache (then the
+    run goes on offline, from the cache, and says so). Respects ``HF_HUB_OFFLINE``."""
+    remote = [
+        (name, value)
+        for name, value in (
+            ("model_name_or_path", model_args.model_name_or_path),
+            ("dataset_name", script_args.dataset_name),
+        )
+        if value and not os.path.exists(value)
+    ]
+    if not remote:
+        return
+    reason = _hub_unreachable()
+    if reason is None:
+        return
+    local = {
+        "model_name_or_path": "--model_name_or_path <model folder>",
+        "dataset_name": "--dataset_name <file.jsonl>",
+    }
+    blocked = [
+        (name, value)
+        for name, value in remote
+        if not (name == "model_name_or_path" and _model_cached(value, model_args.model_revision))
+        and not (name == "dataset_name" and os.environ.get("HF_HUB_OFFLINE"))  # datasets reads its own cache then
+    ]
+    if blocked:
+        fields = " and ".join(f"{name}={value!r}" for name, value in blocked)
+        fixes = " and ".join(local[name] for name, _ in blocked)
+        raise ValueError(
+            f"{fields} {'is a Hub id' if len(blocked) == 1 else 'are Hub ids'} not in the local cache, and {reason}: "
+            f"use local files instead ({fixes}; `trl-loo-gspo local-setup DIR` writes a tiny model and a data file "
+            "and prints the command, docs/recipes.md section 5)"
+        )
+    _go_offline()
+    print(f"Note: {reason}; using the Hub's local cache for {', '.join(v for _, v in remote)}.", file=sys.stderr)
+
+
+def finish(trainer, script_args: LooGspoScriptArguments, training_args: LooGspoConfig) -> None:
+    """After training: save, push (if ``push_to_hub``), and end the accelerator's trackers and process group."""
     if training_args.push_to_hub:  # push_to_hub saves the model first (one upload, not two)
         local = os.path.exists(script_args.dataset_name)  # the card links Hub datasets only
         trainer.push_to_hub(dataset_name=None if local else script_args.dataset_name)
@@ -321,4 +410,11 @@ def run(script_args: LooGspoScriptArguments, training_args: LooGspoConfig, model
     # Finish the trackers and destroy the process group (all that ``Trainer.end``, transformers >= 5.18, does): a gloo
     # process that exits with the group alive can abort at interpreter exit after a finished run.
     trainer.accelerator.end_training()
+
+
+def run(script_args: LooGspoScriptArguments, training_args: LooGspoConfig, model_args: ModelConfig):
+    """Train, save, push (if ``push_to_hub``); returns the trainer."""
+    trainer = build_trainer(script_args, training_args, model_args)
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    finish(trainer, script_args, training_args)
     return trainer

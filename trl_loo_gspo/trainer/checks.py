@@ -17,6 +17,7 @@ import logging
 import math
 import numbers
 import os
+import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -120,13 +121,61 @@ class RewardTally:
     completions: int = 0
     none: int = 0
     nan: int = 0
+    low: float = math.inf  # the smallest and largest scorable reward seen (equal: a constant reward)
+    high: float = -math.inf
 
     def add(self, output: Any) -> None:
         values = _as_list(output)
         self.calls += 1
         self.completions += len(values)
         self.none += sum(v is None for v in values)
-        self.nan += sum(v is not None and math.isnan(float(v)) for v in values)
+        scored = [float(v) for v in values if v is not None]
+        self.nan += sum(math.isnan(v) for v in scored)
+        finite = [v for v in scored if not math.isnan(v)]
+        if finite:
+            self.low, self.high = min(self.low, *finite), max(self.high, *finite)
+
+    @property
+    def constant(self) -> bool:
+        """Some answer was scored, and every scored answer got the same reward."""
+        return self.low == self.high
+
+
+def _columns_note(kwargs: dict, error: BaseException) -> str:
+    columns = ", ".join(sorted(k for k in kwargs if k not in ("trainer_state", "log_extra", "log_metric")))
+    missing = re.search(r"argument: '(\w+)'|argument '(\w+)'", str(error))
+    name = next((m for m in missing.groups() if m), None) if missing else None
+    hint = f"; there is no column {name!r}" if name and name not in kwargs else ""
+    return f"It receives the dataset's columns as keyword arguments: {columns}{hint}."
+
+
+def _failing_row(func: Callable, args: tuple, kwargs: dict, rows: int) -> int | None:
+    """The first row of the batch on which ``func`` raises when called on that row alone (None: none alone)."""
+    for row in range(min(rows, 64)):  # (bounded: an expensive reward is not re-run on a whole large batch)
+        single = {k: [v[row]] if isinstance(v, list) and len(v) == rows else v for k, v in kwargs.items()}
+        try:
+            func(*args, **single)
+        except Exception:
+            return row
+    return None
+
+
+def raised_reward_error(func: Callable, name: str, error: Exception, args: tuple, kwargs: dict) -> RuntimeError:
+    """The error to raise when reward function ``name`` raised ``error``: the function, the row and the columns."""
+    rows = len(kwargs.get("completions", ()))
+    row = _failing_row(func, args, kwargs, rows)
+    where = f"on row {row} of a batch of {rows}" if row is not None else f"on a batch of {rows} (no single row alone)"
+    prompt = ""
+    if row is not None and isinstance(kwargs.get("prompts"), list):
+        prompt = f" (prompt {str(kwargs['prompts'][row])[:80]!r})"
+    return RewardFunctionError(
+        f"reward function {name!r} raised {type(error).__name__}: {error} {where}{prompt}. "
+        + _columns_note(kwargs, error)
+    )
+
+
+class RewardFunctionError(RuntimeError):
+    """A reward function raised; the message names it, the batch row and the columns it receives."""
 
 
 def _after_call(output: Any, name: str, expected: int, tally: RewardTally) -> Any:
@@ -155,7 +204,11 @@ def checked_reward(func: Callable, name: str, tally: RewardTally) -> Callable:
 
     @functools.wraps(func)
     def checked(*args, **kwargs):
-        return _after_call(func(*args, **kwargs), name, len(kwargs.get("completions", ())), tally)
+        try:
+            output = func(*args, **kwargs)
+        except Exception as error:
+            raise raised_reward_error(func, name, error, args, kwargs) from error
+        return _after_call(output, name, len(kwargs.get("completions", ())), tally)
 
     return checked
 
@@ -184,6 +237,14 @@ def nothing_trained_reason(
             f"{name!r} returned None/NaN for {t.none + t.nan} of {t.completions}" for name, t in tallies.items()
         )
         return f"every answer was unscorable ({named or 'every reward function returned None'})"
+    constant = [(name, t) for name, t in tallies.items() if t.constant]
+    if tallies and len(constant) == len(tallies):  # more rounds or prompts cannot help: the reward never varies
+        named = ", ".join(f"{name!r} returned {t.low:g} for every scored answer" for name, t in constant)
+        return (
+            f"the reward is constant over every group ({named}), so no group can carry a comparison signal and "
+            "more sampling (max_sampling_rounds, prompts) cannot help: check the reward function and the column "
+            "it compares against"
+        )
     if padding is not None:
         # groups kept by dynamic sampling carry a signal, so a run with padding that trained nothing was all padding
         return (

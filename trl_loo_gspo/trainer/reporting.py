@@ -62,6 +62,20 @@ def send_record_to_trackers(callbacks: list[Any], record: dict[str, Any]) -> lis
     return reached
 
 
+def objective_line(objective: Any) -> str:
+    """The resolved objective (:class:`trl_loo_gspo.config.Objective`) in one line, printed when training starts."""
+    if objective.uses_own_loss:
+        loss = f"our loss ({objective.policy_loss}, {objective.loss_aggregation} over the global count)"
+    else:
+        loss = "TRL's loss"
+    clamp = "" if objective.log_ratio_clamp is None else f", log_ratio_clamp={objective.log_ratio_clamp:g}"
+    return (
+        f"Objective: loss_type={objective.loss_type}, {loss}, advantages={objective.advantage_estimator} "
+        f"(scale_rewards={objective.scale_rewards}), ratio={objective.importance_sampling_level}, "
+        f"epsilon=[{objective.epsilon_low:g}, {objective.epsilon_high:g}]{clamp}"
+    )
+
+
 class RegistrationToTrackers(TrainerCallback):
     """At the start of training, send ``trainer.experiment_record`` (if any) to the ``report_to`` trackers."""
 
@@ -70,6 +84,9 @@ class RegistrationToTrackers(TrainerCallback):
         self.reached: list[str] = []
 
     def on_train_begin(self, args, state, control, **kwargs):
+        objective = getattr(self.trainer, "objective", None)
+        if objective is not None and state.is_world_process_zero:  # the resolved objective, once, in one line
+            print(objective_line(objective), flush=True)
         record = getattr(self.trainer, "experiment_record", None)
         if record is not None and state.is_world_process_zero:
             self.reached = send_record_to_trackers(self.trainer.callback_handler.callbacks, record)
@@ -98,13 +115,15 @@ def summary_rows(log_history: list[dict[str, Any]], trainer: Any) -> list[tuple[
         return "—" if value is None else format(value, spec)
 
     training = [entry for entry in log_history if "loss" in entry]
+    # steps whose loss saw no token (all dynamic-sampling padding) measured no entropy or clipping: "—", not 0
+    measured = [entry for entry in training if entry.get("tokens/valid", 1) > 0]
     rows = [
         ("optimizer steps", str(trainer.state.global_step)),
         ("generated tokens", f"{getattr(trainer, 'generated_tokens_total', 0):,}"),
         ("effective tokens", f"{getattr(trainer, 'effective_tokens_total', 0):,}"),
         ("reward (first → last logged)", f"{fmt(_first(training, 'reward'))} → {fmt(_last(training, 'reward'))}"),
-        ("clip fraction (answers, mean)", fmt(_mean(training, "clip_ratio/region_answers"))),
-        ("entropy (mean, nats/token)", fmt(_mean(training, "entropy"))),
+        ("clip fraction (answers, mean)", fmt(_mean(measured, "clip_ratio/region_answers"))),
+        ("entropy (mean, nats/token)", fmt(_mean(measured, "entropy"))),
         ("groups with signal (mean)", fmt(_mean(training, "groups/frac_with_signal"))),
         ("unscorable answers (mean)", fmt(_mean(training, "rewards/frac_unscorable"))),
         ("filtered fraction (mean)", fmt(_mean(training, "sampling/frac_filtered"))),

@@ -28,6 +28,7 @@ from ..algorithms.advantages import ADVANTAGE_ESTIMATORS
 from ..algorithms.step_accounting import IDX, SUM_STATS, StepAccounting
 from ..config import LooGspoConfig
 from .budget import RolloutTokenBudget, RunPlan
+from .checkpoints import resolve_checkpoint
 from .checks import NothingTrainedWarning, RewardChecks, check_dataset, check_launch, check_runtime_support
 from .entropy import EntropyFeedback
 from .forward import ForwardMixin
@@ -389,12 +390,12 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         save_round_in_flight(output_dir, self.accelerator.process_index, self._step, self._buffered_inputs, per_round)
 
     # ------------------------------------------------------------------ registration, card, Hub (method §2)
-    def train(self, *args, **kwargs):
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
         # the one run plan every stopping place reads: rollout_token_budget and any RolloutTokenBudget callback
         self.run_plan = RunPlan.resolve(self.args, self.callback_handler.callbacks)
         if self.args.register_experiment:
             self.register_experiment()
-        return super().train(*args, **kwargs)
+        return super().train(resolve_checkpoint(resume_from_checkpoint, self.args.output_dir), *args, **kwargs)
 
     def register_experiment(self) -> dict | None:
         """Refuse overlapping splits, then write ``experiment.json`` and return the record (:class:`Publisher`)."""

@@ -1,0 +1,139 @@
+"""What a run says about itself (issue #36): the ε-scale warning, the resolved objective in one line, reward errors
+with their context, advice that fits why nothing trained, and "—" for what was not measured."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from types import SimpleNamespace
+
+import pytest
+
+from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
+from trl_loo_gspo.trainer.checks import RewardFunctionError, RewardTally, nothing_trained_reason
+from trl_loo_gspo.trainer.reporting import objective_line, summary_rows
+
+from .helpers import base_kwargs, make_model_and_tokenizer, train_dataset
+
+
+def _config(tmp_path, **overrides) -> LooGspoConfig:
+    kwargs = base_kwargs(str(tmp_path))
+    kwargs.pop("epsilon"), kwargs.pop("epsilon_high")
+    return LooGspoConfig(**{**kwargs, **overrides})
+
+
+def _notices(tmp_path, **overrides) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _config(tmp_path, **overrides)
+    return [str(w.message) for w in caught if "token-scale clip range" in str(w.message)]
+
+
+def test_a_token_scale_epsilon_with_the_sequence_ratio_is_warned_about(tmp_path):
+    (notice,) = _notices(tmp_path, epsilon=0.2)
+    assert notice.startswith("epsilon=0.2, epsilon_high=0.2 is a token-scale clip range")
+    assert "clip_ratio/region_answers" in notice and "inactive" in notice
+    assert "epsilon=3e-4, epsilon_high=4e-4" in notice
+    assert _notices(tmp_path, epsilon=3e-4, epsilon_high=0.28)  # either bound
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # GSPO's defaults
+        {"epsilon": 5e-3, "epsilon_high": 8e-3},
+        {"loss_type": "grpo", "epsilon": 0.2},  # a token-level ratio: 0.2 is its scale
+        {"loss_type": "loo_gspo", "importance_sampling_level": "token", "epsilon": 0.2},
+        {"loss_type": "cispo", "importance_sampling_level": "sequence", "epsilon_high": 5.0},  # an absolute cap
+    ],
+    ids=["defaults", "small", "grpo-token", "ours-token", "cispo"],
+)
+def test_no_epsilon_warning_where_the_scale_fits(tmp_path, overrides):
+    assert _notices(tmp_path, **overrides) == []
+
+
+def test_the_objective_line_names_what_was_resolved(tmp_path):
+    line = objective_line(_config(tmp_path, log_ratio_clamp=10.0).objective)
+    assert line == (
+        "Objective: loss_type=loo_gspo, our loss (response_clip, token_total over the global count), "
+        "advantages=loo (scale_rewards=none), ratio=sequence, epsilon=[0.0003, 0.0004], log_ratio_clamp=10"
+    )
+    line = objective_line(_config(tmp_path, loss_type="grpo").objective)
+    assert "loss_type=grpo, TRL's loss, advantages=trl (scale_rewards=group), ratio=token" in line
+
+
+def _trainer(tmp_path, reward, dataset=None, **overrides):
+    model, tokenizer = make_model_and_tokenizer()
+    return LooGspoTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=LooGspoConfig(**base_kwargs(str(tmp_path), **overrides)),
+        train_dataset=train_dataset(16) if dataset is None else dataset,
+        processing_class=tokenizer,
+    )
+
+
+def reward_divides(completions, answer, **_):
+    return [1.0 / 0 if int(a) % 2 == 0 else 0.0 for a in answer]  # fails on the rows of an even sum
+
+
+def reward_needs_solution(completions, solution, **_):
+    return [float(c == s) for c, s in zip(completions, solution, strict=True)]
+
+
+def test_the_objective_is_printed_once_when_training_starts(tmp_path, capsys):
+    trainer = _trainer(tmp_path, lambda completions, **_: [float(len(c) % 2) for c in completions])
+    trainer.train()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Objective: ")]
+    assert lines == [objective_line(trainer.objective)]
+
+
+def test_a_raising_reward_names_the_function_the_row_and_the_columns(tmp_path):
+    trainer = _trainer(tmp_path, reward_divides)
+    with pytest.raises(RewardFunctionError) as error:
+        trainer.train()
+    message = str(error.value)
+    assert message.startswith("reward function 'reward_divides' raised ZeroDivisionError: float division by zero")
+    row = re.search(r"on row (\d+) of a batch of 16 \(prompt '(\d+)\+(\d+)=", message)
+    assert row and (int(row[2]) + int(row[3])) % 2 == 0, message  # the row shown is one that fails
+    assert "keyword arguments: answer, completion_ids, completions, prompts." in message
+    assert isinstance(error.value.__cause__, ZeroDivisionError)
+
+
+def test_a_reward_missing_a_column_names_the_columns_there_are(tmp_path):
+    trainer = _trainer(tmp_path, reward_needs_solution)
+    with pytest.raises(RewardFunctionError) as error:
+        trainer.train()
+    message = str(error.value)
+    assert "'reward_needs_solution' raised TypeError" in message and "on row 0" in message
+    assert "columns as keyword arguments: answer, completion_ids, completions, prompts" in message
+    assert message.endswith("there is no column 'solution'.")
+
+
+def test_a_constant_reward_with_dynamic_sampling_says_the_reward_is_constant(tmp_path):
+    trainer = _trainer(
+        tmp_path, lambda completions, **_: [1.0] * len(completions), dynamic_sampling=True, max_sampling_rounds=2
+    )
+    trainer.train()
+    reason = trainer.nothing_trained()
+    assert reason.startswith("the reward is constant over every group") and "returned 1 for every" in reason
+    assert "cannot help" in reason and "Raise max_sampling_rounds" not in reason
+    rows = dict(summary_rows(trainer.state.log_history, trainer))
+    assert rows["entropy (mean, nats/token)"] == "—" and rows["clip fraction (answers, mean)"] == "—"
+
+
+def test_padding_advice_stays_when_the_reward_does_vary():
+    varied = RewardTally(calls=1, completions=4, low=0.0, high=1.0)
+    reason = nothing_trained_reason(3, 0, [], {"r": varied}, padding="max_sampling_rounds=2")
+    assert "Raise max_sampling_rounds" in reason
+
+
+def test_unmeasured_metrics_show_a_dash_not_zero():
+    history = [
+        {"loss": 0.0, "entropy": 0.0, "clip_ratio/region_answers": 0.0, "tokens/valid": 0.0},
+        {"loss": 0.1, "entropy": 2.0, "clip_ratio/region_answers": 0.5, "tokens/valid": 12.0},
+    ]
+    trainer = SimpleNamespace(state=SimpleNamespace(global_step=2))
+    rows = dict(summary_rows(history, trainer))
+    assert rows["entropy (mean, nats/token)"] == "2.0000" and rows["clip fraction (answers, mean)"] == "0.5000"
+    assert dict(summary_rows(history[:1], trainer))["entropy (mean, nats/token)"] == "—"

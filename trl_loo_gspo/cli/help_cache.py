@@ -1,0 +1,103 @@
+"""``trl-loo-gspo train --help`` without importing TRL: the help text, generated once and shipped with the package.
+
+Building the parser imports TRL, transformers and torch (~5 s); the help text depends only on the argument
+dataclasses, so it is stored in ``train_help.txt`` under a key made of the Python, TRL and transformers versions
+and the package sources the dataclasses come from. A stale or missing file is never shown: the help is then built
+live and stored in the user cache (``$TRL_LOO_GSPO_CACHE`` or ``~/.cache/trl_loo_gspo``) for the next call.
+
+Regenerate the shipped file after changing a flag's help: ``python -m trl_loo_gspo.cli.help_cache``
+(``tests/test_cli_errors.py`` checks that it is current).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from importlib import metadata
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1]
+SHIPPED = Path(__file__).with_name("train_help.txt")
+#: The sources of the argument dataclasses (their fields and help strings) and of the help's layout.
+SOURCES = (
+    "config/fields.py",
+    "config/objective.py",
+    "config/precision.py",
+    "algorithms/group_filter.py",
+    "algorithms/aggregation.py",
+    "algorithms/advantages.py",
+    "experiment/build.py",
+    "experiment/parser.py",
+)
+_HEADER = "# trl-loo-gspo train --help, key "
+
+
+def help_key() -> str:
+    """What the help text depends on, hashed: Python, TRL and transformers versions, and :data:`SOURCES`."""
+    digest = hashlib.sha256()
+    digest.update(f"{sys.version_info[0]}.{sys.version_info[1]}".encode())
+    for dist in ("trl", "transformers"):
+        try:
+            digest.update(f"{dist}={metadata.version(dist)}".encode())
+        except metadata.PackageNotFoundError:
+            digest.update(f"{dist}=none".encode())
+    for name in SOURCES:
+        path = PACKAGE / name
+        digest.update(name.encode())
+        digest.update(path.read_bytes() if path.exists() else b"")
+    return digest.hexdigest()[:20]
+
+
+def _user_cache() -> Path:
+    """``train-help.txt`` in the demo's cache folder (``$TRL_LOO_GSPO_CACHE``, else ``~/.cache/trl_loo_gspo``)."""
+    if os.environ.get("TRL_LOO_GSPO_CACHE"):
+        return Path(os.environ["TRL_LOO_GSPO_CACHE"]) / "train-help.txt"
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "trl_loo_gspo" / "train-help.txt"
+
+
+def _read(path: Path, key: str) -> str | None:
+    try:
+        header, _, text = path.read_text().partition("\n")
+    except OSError:
+        return None
+    return text if header == _HEADER + key else None
+
+
+def cached_help() -> str | None:
+    """The help text if a stored copy matches the installed code and libraries, else None."""
+    key = help_key()
+    return _read(SHIPPED, key) or _read(_user_cache(), key)
+
+
+def live_help() -> str:
+    """Build the parser (imports TRL) and format its help."""
+    from ..experiment.build import make_parser
+
+    return make_parser().format_help()
+
+
+def store(text: str, path: Path | None = None) -> None:
+    """Store ``text`` under the current key (the user cache by default); a cache that cannot be written is skipped."""
+    path = path or _user_cache()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+        partial.write_text(f"{_HEADER}{help_key()}\n{text}")
+        os.replace(partial, path)
+    except OSError:
+        pass
+
+
+def train_help() -> str:
+    """The help text of ``trl-loo-gspo train``: stored, else built live (and stored for the next call)."""
+    text = cached_help()
+    if text is None:
+        text = live_help()
+        store(text)
+    return text
+
+
+if __name__ == "__main__":  # regenerate the shipped copy
+    store(live_help(), SHIPPED)
+    print(f"wrote {SHIPPED}")
