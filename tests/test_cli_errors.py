@@ -100,7 +100,7 @@ def test_bf16_on_a_machine_without_a_bf16_gpu_names_the_fix(capsys):
             "loss_aggregation='token_total' needs our loss",
         ),
         (["--loss_type", "loo_gspo", "--delta", "2.0"], "contradicts delta=2.0"),
-        (["--loss_aggregation", "nope"], "loss_aggregation='nope' is not one of"),
+        (["--loss_aggregation", "nope"], "loss_aggregation='nope' is not a registered name"),
         (["--learning_rate", "fast"], "invalid float value: 'fast'"),
     ],
     ids=["num_generations", "trl-loss-with-our-aggregation", "our-loss-with-trl-option", "bad-choice", "bad-type"],
