@@ -84,9 +84,10 @@ def config_problems(
 
 
 def _device_error(error: Exception) -> bool:
-    """transformers' refusal of a precision or device this machine does not have."""
+    """A refusal of a precision or device this machine does not have: transformers' own, or the recipe parser's
+    (``experiment/parser.py``: "needs a GPU with bf16 support")."""
     text = str(error)
-    return "bf16/gpu" in text or ("fp16" in text and "device" in text)
+    return "bf16/gpu" in text or "needs a GPU with bf16 support" in text or ("fp16" in text and "device" in text)
 
 
 def config_field_names() -> list[str]:
