@@ -129,6 +129,21 @@ def test_a_hub_model_offline_names_the_field_and_the_local_route(capsys, monkeyp
     assert "--model_name_or_path <model folder>" in line and "local-setup" in line and "dataset_name" not in line
 
 
+def test_a_hub_dataset_offline_and_not_cached_names_the_field_and_the_local_route(
+    capsys, monkeypatch, tmp_path, tiny_model_dir
+):
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))  # nothing cached
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    argv = [*cpu_overrides(tiny_model_dir, tmp_path / "out"), "--dataset_name", "nobody/no-such-dataset"]
+    line = _one_error_line(*_run(["train", "--config", MATH, *argv], capsys))
+    assert "dataset_name='nobody/no-such-dataset' could not be loaded" in line
+    assert "--dataset_name <file.jsonl>" in line and "local-setup" in line
+
+
 def test_an_unreachable_hub_is_tried_once(capsys, monkeypatch, tmp_path):
     import huggingface_hub
 

@@ -199,7 +199,17 @@ def load_splits(script_args: LooGspoScriptArguments, conversational: bool, seed:
         system_prompt=script_args.system_prompt,
         conversational=conversational,
     )
-    train = load_task_dataset(script_args.dataset_name, split=script_args.dataset_train_split, **common)
+    try:
+        train = load_task_dataset(script_args.dataset_name, split=script_args.dataset_train_split, **common)
+    except (ConnectionError, OSError) as err:  # a Hub dataset offline and not in datasets' cache (HF_HUB_OFFLINE)
+        if os.path.exists(script_args.dataset_name):
+            raise
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise ValueError(
+            f"dataset_name={script_args.dataset_name!r} could not be loaded ({type(err).__name__}: {first}): use a "
+            "local file instead (--dataset_name <file.jsonl>; `trl-loo-gspo local-setup DIR` writes one and prints "
+            "the command, docs/recipes.md section 5)"
+        ) from err
     validation = None
     if not os.path.isfile(script_args.dataset_name):  # one file is one split: any split name would load it again
         try:
