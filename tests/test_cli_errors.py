@@ -21,7 +21,7 @@ import yaml
 
 from trl_loo_gspo.algorithms import aggregation
 from trl_loo_gspo.cli import main
-from trl_loo_gspo.cli.help_cache import SHIPPED, cached_help, help_key, live_help
+from trl_loo_gspo.cli.help_cache import SHIPPED, cached_help, help_key, live_help, shipped_key, sources_key
 from trl_loo_gspo.config.objective import TRL_LOSS_TYPES
 from trl_loo_gspo.experiment.build import make_parser
 from trl_loo_gspo.trainer.checkpoints import CheckpointError, check_checkpoint
@@ -363,9 +363,14 @@ def test_the_new_spelling_is_read_as_the_old_by_an_older_transformers():
 
 
 def test_the_shipped_train_help_is_current():
-    assert cached_help() == live_help(), (
-        f"{SHIPPED.name} is stale (key {help_key()}): run `python -m trl_loo_gspo.cli.help_cache`"
+    shipped = shipped_key() or "-"
+    assert shipped.split("-")[0] == sources_key(), (
+        f"{SHIPPED.name} is stale (the flags' sources changed): run `python -m trl_loo_gspo.cli.help_cache`"
     )
+    if shipped != help_key():  # built with other TRL/transformers versions: never shown here, built live instead
+        assert cached_help() is None or cached_help() == live_help()
+        pytest.skip(f"{SHIPPED.name} was built with other library versions than these (key {shipped})")
+    assert cached_help() == live_help()
 
 
 @pytest.mark.parametrize("command", [[], ["train"], ["demo"], ["ablate"], ["local-setup"]], ids=" ".join)
@@ -381,7 +386,8 @@ def test_help_answers_in_under_two_seconds(command, tmp_path):
         times.append(time.perf_counter() - start)
         assert child.returncode == 0 and child.stdout.startswith("usage:"), child.stderr
     assert statistics.median(times) < 2.0, times
-    assert not list(tmp_path.iterdir())  # answered from the shipped help, nothing built and cached
+    if shipped_key() == help_key():  # the shipped copy fits these libraries: nothing built and cached
+        assert not list(tmp_path.iterdir())
 
 
 # --------------------------------------------------------------------------------- the shipped local route

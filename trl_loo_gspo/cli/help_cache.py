@@ -1,9 +1,10 @@
 """``trl-loo-gspo train --help`` without importing TRL: the help text, generated once and shipped with the package.
 
 Building the parser imports TRL, transformers and torch (~5 s); the help text depends only on the argument
-dataclasses, so it is stored in ``train_help.txt`` under a key made of the Python, TRL and transformers versions
-and the package sources the dataclasses come from. A stale or missing file is never shown: the help is then built
-live and stored in the user cache (``$TRL_LOO_GSPO_CACHE`` or ``~/.cache/trl_loo_gspo``) for the next call.
+dataclasses, so it is stored in ``train_help.txt`` under a key made of the package sources the dataclasses come from
+and the Python, TRL and transformers versions. A stale or missing file is never shown: the help is then built live
+(once: with other library versions than the shipped copy's, the first call takes ~5 s) and stored in the user cache
+(``$TRL_LOO_GSPO_CACHE`` or ``~/.cache/trl_loo_gspo``) for the next call.
 
 Regenerate the shipped file after changing a flag's help: ``python -m trl_loo_gspo.cli.help_cache``
 (``tests/test_cli_errors.py`` checks that it is current).
@@ -33,8 +34,18 @@ SOURCES = (
 _HEADER = "# trl-loo-gspo train --help, key "
 
 
-def help_key() -> str:
-    """What the help text depends on, hashed: Python, TRL and transformers versions, and :data:`SOURCES`."""
+def sources_key() -> str:
+    """The package sources of :data:`SOURCES`, hashed (what a developer changes: regenerate after it changes)."""
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        path = PACKAGE / name
+        digest.update(name.encode())
+        digest.update(path.read_bytes() if path.exists() else b"")
+    return digest.hexdigest()[:12]
+
+
+def libraries_key() -> str:
+    """The Python, TRL and transformers versions, hashed (their argument dataclasses are part of the help)."""
     digest = hashlib.sha256()
     digest.update(f"{sys.version_info[0]}.{sys.version_info[1]}".encode())
     for dist in ("trl", "transformers"):
@@ -42,11 +53,21 @@ def help_key() -> str:
             digest.update(f"{dist}={metadata.version(dist)}".encode())
         except metadata.PackageNotFoundError:
             digest.update(f"{dist}=none".encode())
-    for name in SOURCES:
-        path = PACKAGE / name
-        digest.update(name.encode())
-        digest.update(path.read_bytes() if path.exists() else b"")
-    return digest.hexdigest()[:20]
+    return digest.hexdigest()[:8]
+
+
+def help_key() -> str:
+    """What the help text depends on: ``<sources key>-<libraries key>``."""
+    return f"{sources_key()}-{libraries_key()}"
+
+
+def shipped_key() -> str | None:
+    """The key the shipped copy was built under (``None`` if it is missing)."""
+    try:
+        header = SHIPPED.read_text().partition("\n")[0]
+    except OSError:
+        return None
+    return header[len(_HEADER) :] if header.startswith(_HEADER) else None
 
 
 def _user_cache() -> Path:
