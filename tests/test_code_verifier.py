@@ -109,9 +109,9 @@ def test_parse_failure_and_syntax_error(verifier):
 
 def test_trl_call_and_batch(verifier):
     completions = [[{"role": "assistant", "content": fenced(DOUBLE)}], fenced("def f(x):\n    return 0\n")] * 2
-    scores = verifier(prompts=["p"] * 4, completions=completions, tests=[TESTS] * 4)
-    assert scores == [1.0, 0.0, 1.0, 0.0]
-    assert [r.status for r in verifier.last_results] == ["pass", "fail", "pass", "fail"]
+    output = verifier.score_batch(prompts=["p"] * 4, completions=completions, tests=[TESTS] * 4)
+    assert output.scores == (1.0, 0.0, 1.0, 0.0)  # what verifier(...) returns to TRL, as a list
+    assert [r.status for r in output.results] == ["pass", "fail", "pass", "fail"]
 
 
 def test_missing_bwrap_raises(monkeypatch):

@@ -98,15 +98,17 @@ def test_missing_gold_answer_is_unscorable_not_zero(verifier, gold):
 
 
 def test_trl_reward_function_interface_plain_and_conversational(verifier):
-    scores = verifier(
+    call = dict(
         prompts=["q1", "q2", "q3"],
         completions=["$\\boxed{7}$", [{"role": "assistant", "content": "$\\boxed{8}$"}], "no idea"],
         completion_ids=[[1], [2], [3]],
         answer=["7", "7", "7"],
         trainer_state=object(),
     )
-    assert scores == [1.0, 0.0, 0.0]
-    assert [r.status for r in verifier.last_results] == ["pass", "fail", "fail"]
+    assert verifier(**call) == [1.0, 0.0, 0.0]
+    output = verifier.score_batch(**call)
+    assert output.scores == (1.0, 0.0, 0.0)
+    assert [r.status for r in output.results] == ["pass", "fail", "fail"]
     assert verifier.__name__ == "math" and verifier.describe()["version"].startswith("4+math-verify-")
 
 
@@ -117,12 +119,11 @@ def test_exceptions_become_unscorable_and_anomalies_are_logged():
 
     logged = {}
     verifier = Broken()
-    scores = verifier(completions=["a", "b"], answer=["1", "1"], log_metric=lambda k, v: logged.__setitem__(k, v))
-    assert scores == [None, None]
-    assert (
-        verifier.last_results[0].anomaly == "verifier_exception"
-        and "boom" in verifier.last_results[0].details["error"]
+    output = verifier.score_batch(
+        completions=["a", "b"], answer=["1", "1"], log_metric=lambda k, v: logged.__setitem__(k, v)
     )
+    assert output.scores == (None, None)
+    assert output.results[0].anomaly == "verifier_exception" and "boom" in output.results[0].details["error"]
     assert logged["verifiers/math/anomaly/verifier_exception"] == 1.0
     assert logged["verifiers/math/unscorable"] == 1.0
     assert verifier.anomaly_counts["verifier_exception"] == 2

@@ -28,6 +28,7 @@ from accelerate.utils import DistributedType
 from transformers import TrainerCallback
 from trl.trainer.utils import get_callable_name, is_async_callable
 
+from ..verifiers.base import RewardOutput
 from .launch import engine_warning, launch_error, requested_engine
 
 logger = logging.getLogger(__name__)
@@ -191,8 +192,37 @@ def _after_call(output: Any, name: str, expected: int, tally: RewardTally) -> An
     return output
 
 
-def checked_reward(func: Callable, name: str, tally: RewardTally) -> Callable:
-    """``func`` with its output checked and tallied (same sync/async kind, so TRL dispatches it the same way)."""
+class RewardOutputs:
+    """The :class:`~trl_loo_gspo.verifiers.base.RewardOutput` of each reward function in *one* reward call, by its
+    index in ``reward_funcs``: a fresh one per call (:meth:`RewardChecks.checked_reward_funcs`), so what a verifier
+    returned travels with the call that produced it (process feedback reads the per-answer results from here)."""
+
+    def __init__(self) -> None:
+        self._by_index: dict[int, RewardOutput] = {}
+
+    def recorder(self, index: int, name: str) -> Callable[[RewardOutput], None]:
+        def record(output: RewardOutput) -> None:
+            if index in self._by_index:
+                raise RuntimeError(
+                    f"reward function {name!r} was called twice in one reward call: its per-answer results would be "
+                    "ambiguous"
+                )
+            self._by_index[index] = output
+
+        return record
+
+    def get(self, index: int) -> RewardOutput | None:
+        """The output of reward function ``index`` in this call (``None``: not called, or no ``score_batch``)."""
+        return self._by_index.get(index)
+
+
+def checked_reward(
+    func: Callable, name: str, tally: RewardTally, record: Callable[[RewardOutput], None] | None = None
+) -> Callable:
+    """``func`` with its output checked and tallied (same sync/async kind, so TRL dispatches it the same way).
+
+    With ``record``, a synchronous ``func`` that offers ``score_batch`` (every verifier, ``ShapedReward``) is called
+    through it: TRL gets the scores, ``record`` the whole output (scores and per-answer results)."""
     if is_async_callable(func):
 
         @functools.wraps(func)
@@ -202,10 +232,17 @@ def checked_reward(func: Callable, name: str, tally: RewardTally) -> Callable:
 
         return checked_async
 
+    score_batch = getattr(func, "score_batch", None) if record is not None else None
+
     @functools.wraps(func)
     def checked(*args, **kwargs):
         try:
-            output = func(*args, **kwargs)
+            if callable(score_batch):
+                full = score_batch(*args, **kwargs)
+                record(full)
+                output = list(full.scores)
+            else:
+                output = func(*args, **kwargs)
         except Exception as error:
             raise raised_reward_error(func, name, error, args, kwargs) from error
         return _after_call(output, name, len(kwargs.get("completions", ())), tally)
@@ -315,32 +352,31 @@ class RewardChecks:
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
         self.tallies = [RewardTally() for _ in trainer.reward_funcs]
-        self._checked_source: list | None = None  # the functions the checked list was built from
-        self._checked_funcs: list = []
         self._warned_unscorable = False
 
-    def _checked_list(self) -> list:
-        """Checked versions of ``trainer.reward_funcs``, rebuilt when the list was changed after construction."""
+    def _checked_list(self, outputs: RewardOutputs) -> list:
+        """Checked versions of ``trainer.reward_funcs`` recording into ``outputs`` (built per call; the tallies are
+        reset when the list was replaced by one of another length after construction)."""
         current = list(self.trainer.reward_funcs)
-        source = self._checked_source
-        same = source is not None and len(source) == len(current)
-        if not (same and all(a is b for a, b in zip(source, current, strict=True))):
-            if len(self.tallies) != len(current):
-                self.tallies = [RewardTally() for _ in current]
-            self._checked_funcs = [
-                func if isinstance(func, torch.nn.Module) else checked_reward(func, get_callable_name(func), tally)
-                for func, tally in zip(current, self.tallies, strict=True)
-            ]
-            self._checked_source = current
-        return self._checked_funcs
+        if len(self.tallies) != len(current):
+            self.tallies = [RewardTally() for _ in current]
+        checked = []
+        for index, (func, tally) in enumerate(zip(current, self.tallies, strict=True)):
+            if not isinstance(func, torch.nn.Module):
+                name = get_callable_name(func)
+                func = checked_reward(func, name, tally, outputs.recorder(index, name))
+            checked.append(func)
+        return checked
 
     @contextlib.contextmanager
-    def checked_reward_funcs(self) -> Iterator[None]:
-        """TRL's reward loop runs the checked functions; ``trainer.reward_funcs`` is the user's list otherwise."""
+    def checked_reward_funcs(self) -> Iterator[RewardOutputs]:
+        """TRL's reward loop runs the checked functions; ``trainer.reward_funcs`` is the user's list otherwise.
+        Yields this call's :class:`RewardOutputs`, filled while TRL's loop runs."""
         trainer = self.trainer
-        original, trainer.reward_funcs = trainer.reward_funcs, self._checked_list()
+        outputs = RewardOutputs()
+        original, trainer.reward_funcs = trainer.reward_funcs, self._checked_list(outputs)
         try:
-            yield
+            yield outputs
         finally:
             trainer.reward_funcs = original
 

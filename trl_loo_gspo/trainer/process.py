@@ -1,7 +1,8 @@
-"""The trainer side of process feedback (method §6): collect the verifiers' span signals with the rewards, turn them
-into per-token advantages (``inputs["process_advantages"]``) and log the safeguards. The math is in
-:mod:`trl_loo_gspo.algorithms.spans`; ``LooGspoTrainer`` owns one :class:`ProcessFeedback` and calls it after each
-reward call and each generation round.
+"""The trainer side of process feedback (method §6): collect the verifiers' span signals from the outputs of the reward
+call that produced them (:class:`~trl_loo_gspo.trainer.checks.RewardOutputs`, never an attribute of the verifier),
+carry them in the round's data (``RoundData.span_signals``), turn them into per-token advantages
+(``inputs["process_advantages"]``) and log the safeguards. The math is in :mod:`trl_loo_gspo.algorithms.spans`;
+``LooGspoTrainer`` owns one :class:`ProcessFeedback` and calls it after each reward call and each generation round.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from accelerate.utils import gather_object
 
 from ..algorithms import spans as process
+from .checks import RewardOutputs
 from .rows import RoundData
 
 
@@ -52,18 +54,26 @@ class ProcessFeedback:
     def on(self) -> bool:
         return self.coef > 0
 
-    def collect_signals(self, num_local_rows: int) -> list[dict] | None:
+    def collect_signals(self, outputs: RewardOutputs, num_local_rows: int) -> list[dict] | None:
         """After a reward call: the span entries of every row of all ranks, aligned with the gathered rewards
-        (``None`` when process feedback is off)."""
+        (``None`` when process feedback is off). ``outputs``: what that call's reward functions returned
+        (:meth:`~trl_loo_gspo.trainer.checks.RewardChecks.checked_reward_funcs`), read nowhere else."""
         if not self.on:
             return None
         # Per row: the spans of every span-emitting verifier, and the first one's own (unshaped) final score.
         local: list[dict] = [{"spans": [], "final": None} for _ in range(num_local_rows)]
-        for source, (_, verifier) in enumerate(self.sources):
-            results = verifier.last_results
+        for source, (index, verifier) in enumerate(self.sources):
+            output = outputs.get(index)
+            results = None if output is None else output.results
+            if results is None:
+                raise RuntimeError(
+                    f"reward function {index} ({type(verifier).__name__}) emits spans but its reward call returned no "
+                    "per-answer results: a span-emitting reward function must offer score_batch(...) -> RewardOutput "
+                    "(every Verifier and ShapedReward does)"
+                )
             if len(results) != num_local_rows:
                 raise RuntimeError(
-                    f"{type(verifier).__name__}.last_results has {len(results)} results for {num_local_rows} rows"
+                    f"{type(verifier).__name__}.score_batch returned {len(results)} results for {num_local_rows} rows"
                 )
             for row, result in enumerate(results):
                 local[row]["spans"].extend(result.spans or [])

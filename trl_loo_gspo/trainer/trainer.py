@@ -176,10 +176,10 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
     def _score(self, inputs, prompts, completions, completion_ids_list) -> tuple[torch.Tensor, list | None]:
         """TRL's reward call, checked: the gathered rewards (NaN = unscorable) and the §6 span entries of every
         row of all ranks (``None`` when process feedback is off)."""
-        with self.checks.checked_reward_funcs():  # outputs checked, naming the function
+        with self.checks.checked_reward_funcs() as outputs:  # outputs checked, naming the function; kept per call
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self.checks.check_rewards(rewards_per_func)
-        return rewards_per_func, self.process_feedback.collect_signals(len(completions))
+        return rewards_per_func, self.process_feedback.collect_signals(outputs, len(completions))
 
     # ------------------------------------------------------------------ advantages and filtering (§2.2, §3.1, §6)
     def _generate_and_score_completions(self, inputs):

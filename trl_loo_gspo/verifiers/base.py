@@ -2,6 +2,10 @@
 
 A verifier scores one completion against the dataset's columns and returns a :class:`VerifierResult`. It is also
 a TRL reward function: ``verifier(prompts=..., completions=..., completion_ids=..., **columns) -> list[float | None]``.
+:meth:`Verifier.score_batch` takes the same arguments and returns a frozen :class:`RewardOutput`: the scores *and*
+the per-answer results they came from (spans, details). ``LooGspoTrainer`` calls it, so the results travel with the
+reward call that produced them; the verifier keeps no per-call state (a verifier may be called from several threads
+at once, or twice in a step).
 ``None`` means *unscorable* (an infrastructure failure: timeout of the checker itself, sandbox failure, verifier
 exception) — never a silent 0 — and TRL keeps such a row out of the group baseline. A verifier never raises into the
 training loop: any exception becomes an unscorable result with the anomaly ``"verifier_exception"``.
@@ -29,6 +33,7 @@ from ..algorithms.span_types import SpanSignal
 __all__ = [
     "ANOMALY_KINDS",
     "DEFAULT_MAX_COMPLETION_CHARS",
+    "RewardOutput",
     "SpanSignal",
     "Verifier",
     "VerifierResult",
@@ -73,6 +78,25 @@ class VerifierResult:
             raise ValueError(f"unknown anomaly kind {self.anomaly!r}; expected one of {ANOMALY_KINDS}")
 
 
+@dataclass(frozen=True)
+class RewardOutput:
+    """What one reward call produced: the scores TRL reads and, per answer, the result each score came from.
+
+    Attributes:
+        scores: one reward per completion, in order (``None`` = unscorable), as the TRL reward function returns them.
+        results: the :class:`VerifierResult` of each completion, aligned with ``scores``; ``None`` when the reward
+            has no per-answer results (e.g. a :class:`~trl_loo_gspo.verifiers.shaping.ShapedReward` around a plain
+            function).
+    """
+
+    scores: tuple[float | None, ...]
+    results: tuple[VerifierResult, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.results is not None and len(self.results) != len(self.scores):
+            raise ValueError(f"{len(self.results)} results for {len(self.scores)} scores")
+
+
 def completion_text(completion: Any) -> str:
     """The text of a completion: a plain string, or the content of the last message of a conversation."""
     if isinstance(completion, str):
@@ -105,7 +129,6 @@ class Verifier(ABC):
     def __init__(self) -> None:
         self.__name__ = self.name  # TRL names reward functions by __name__
         self.anomaly_counts: Counter[str] = Counter()
-        self.last_results: list[VerifierResult] = []
 
     @abstractmethod
     def verify(self, completion: str, **columns: Any) -> VerifierResult:
@@ -144,8 +167,10 @@ class Verifier(ABC):
                 {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc(limit=5)},
             )
 
-    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:
-        """TRL reward-function interface: dataset columns arrive as lists in ``kwargs``."""
+    def score_batch(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> RewardOutput:
+        """Score a batch (TRL's reward-function arguments; dataset columns arrive as lists in ``kwargs``): the scores
+        and each answer's :class:`VerifierResult`, returned together, nothing kept on the verifier but the running
+        anomaly counts. Logs the anomaly fractions through ``log_metric`` when given."""
         completions = completions or []
         n = len(completions)
         log_metric = kwargs.pop("log_metric", None)
@@ -153,15 +178,21 @@ class Verifier(ABC):
         kwargs.pop("trainer_state", None)
         per_row = {key: value for key, value in kwargs.items() if isinstance(value, list) and len(value) == n}
         columns = [{key: value[i] for key, value in per_row.items()} for i in range(n)]
-        results = self.verify_batch([completion_text(c) for c in completions], columns)
-        self.last_results = results
+        results = tuple(self.verify_batch([completion_text(c) for c in completions], columns))
         kinds = Counter(r.anomaly for r in results if r.anomaly is not None)
         self.anomaly_counts.update(kinds)
         if log_metric is not None and n:
             for kind in ANOMALY_KINDS:
                 log_metric(f"verifiers/{self.name}/anomaly/{kind}", kinds.get(kind, 0) / n)
             log_metric(f"verifiers/{self.name}/unscorable", sum(r.score is None for r in results) / n)
-        return [r.score for r in results]
+        return RewardOutput(tuple(r.score for r in results), results)
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:
+        """TRL reward-function interface: the scores of :meth:`score_batch` (for stock TRL and any caller that needs
+        only the rewards)."""
+        return list(
+            self.score_batch(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs).scores
+        )
 
     def describe(self) -> dict[str, str]:
         """Name and version, for experiment registration."""

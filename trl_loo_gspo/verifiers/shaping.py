@@ -17,7 +17,7 @@ from typing import Any
 
 from trl.rewards import get_soft_overlong_punishment
 
-from .base import Verifier, completion_text
+from .base import RewardOutput, Verifier, completion_text
 
 
 class ShapedReward:
@@ -61,8 +61,22 @@ class ShapedReward:
         self.__name__ = self.name
 
     def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float | None]:
+        """TRL reward-function interface: the shaped scores of :meth:`score_batch`."""
+        return list(
+            self.score_batch(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs).scores
+        )
+
+    def score_batch(self, prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> RewardOutput:
+        """The shaped scores, with the wrapped verifier's per-answer results (unshaped; ``None`` when the wrapped
+        reward is a plain function without ``score_batch``)."""
         log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")
-        base = self.verifier(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+        call = dict(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+        score_batch = getattr(self.verifier, "score_batch", None)
+        if callable(score_batch):
+            inner = score_batch(**call)
+            base, results = list(inner.scores), inner.results
+        else:
+            base, results = self.verifier(**call), None
         n = len(base)
         overlong = [0.0] * n
         if self._overlong is not None:
@@ -100,4 +114,4 @@ class ShapedReward:
                 log_extra(f"{self.name}/p_overlong", overlong)
             if self.lambda_hack > 0:
                 log_extra(f"{self.name}/p_hack", hack)
-        return shaped
+        return RewardOutput(tuple(shaped), results)
