@@ -105,6 +105,20 @@ def base_kwargs(output_dir: str, **overrides):
     return kwargs
 
 
+def reward_trainer(tmp_path, reward, dataset=None, **overrides):
+    """Our trainer on the tiny model with ``reward`` as its reward function (16 rows of the parity task by default)."""
+    from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
+
+    model, tokenizer = make_model_and_tokenizer()
+    return LooGspoTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=LooGspoConfig(**base_kwargs(str(tmp_path), **overrides)),
+        train_dataset=train_dataset(16) if dataset is None else dataset,
+        processing_class=tokenizer,
+    )
+
+
 def record_micro_batches(trainer_cls):
     """Subclass of a trainer class that records every micro-batch's inputs and loss."""
 

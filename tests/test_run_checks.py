@@ -15,7 +15,7 @@ from trl_loo_gspo.cli import train as train_cli
 from trl_loo_gspo.trainer.checks import RewardTally, check_dataset, check_reward_output, nothing_trained_reason
 from trl_loo_gspo.trainer.reporting import summary_rows
 
-from .helpers import base_kwargs, make_model_and_tokenizer, train_dataset
+from .helpers import base_kwargs, reward_trainer, train_dataset
 
 # ------------------------------------------------------------------ pure checks
 
@@ -98,17 +98,6 @@ def test_nothing_trained_reasons():
 # ------------------------------------------------------------------ in the trainer
 
 
-def _trainer(tmp_path, reward, dataset=None, **overrides):
-    model, tokenizer = make_model_and_tokenizer()
-    return LooGspoTrainer(
-        model=model,
-        reward_funcs=reward,
-        args=LooGspoConfig(**base_kwargs(str(tmp_path), **overrides)),
-        train_dataset=train_dataset(16) if dataset is None else dataset,
-        processing_class=tokenizer,
-    )
-
-
 def test_dataset_problems_fail_before_the_model_is_loaded(tmp_path):
     args = LooGspoConfig(**base_kwargs(str(tmp_path)))
     no_prompt = train_dataset(4).rename_column("prompt", "problem")
@@ -141,7 +130,7 @@ async def reward_async_strings(completions, **_):
     ],
 )
 def test_a_bad_reward_function_is_named_at_the_first_step(tmp_path, reward, message):
-    trainer = _trainer(tmp_path, reward)
+    trainer = reward_trainer(tmp_path, reward)
     with pytest.raises((TypeError, ValueError), match=message):
         trainer.train()
     assert trainer.reward_funcs == [reward]  # the user's list is left as it was
@@ -152,7 +141,7 @@ def reward_none(completions, **_):
 
 
 def test_an_all_unscorable_run_says_it_trained_nothing(tmp_path, caplog, capsys):
-    trainer = _trainer(tmp_path, reward_none, max_steps=2, summary_table=True)
+    trainer = reward_trainer(tmp_path, reward_none, max_steps=2, summary_table=True)
     with caplog.at_level(logging.WARNING, logger="trl_loo_gspo.trainer.checks"):
         trainer.train()
     assert trainer.state.global_step == 2
@@ -170,7 +159,7 @@ def reward_constant(completions, **_):
 
 
 def test_a_run_without_comparison_signal_says_so(tmp_path, caplog):
-    trainer = _trainer(tmp_path, reward_constant, max_steps=1)
+    trainer = reward_trainer(tmp_path, reward_constant, max_steps=1)
     with caplog.at_level(logging.WARNING, logger="trl_loo_gspo.trainer.checks"):
         trainer.train()
     assert "the reward is constant over every group" in trainer.nothing_trained()
@@ -182,7 +171,7 @@ def reward_half_nan(completions, **_):
 
 
 def test_nan_rewards_are_named_once_and_the_run_still_trains(tmp_path, caplog):
-    trainer = _trainer(tmp_path, reward_half_nan, max_steps=2)
+    trainer = reward_trainer(tmp_path, reward_half_nan, max_steps=2)
     with caplog.at_level(logging.WARNING, logger="trl_loo_gspo.trainer.checks"):
         trainer.train()
     nan_notes = [r.getMessage() for r in caplog.records if "returned NaN" in r.getMessage()]
@@ -205,7 +194,7 @@ def test_train_cli_exits_3_when_nothing_was_trained(monkeypatch, capsys):
 
 
 def test_reward_functions_replaced_after_construction_are_the_ones_called_and_checked(tmp_path):
-    trainer = _trainer(tmp_path, reward_constant, max_steps=1)
+    trainer = reward_trainer(tmp_path, reward_constant, max_steps=1)
     trainer.reward_funcs = [reward_strings]  # TRL lets a user swap them; the checked list follows
     with pytest.raises(TypeError, match="'reward_strings' returned '1'"):
         trainer.train()

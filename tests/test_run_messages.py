@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
+from trl_loo_gspo import LooGspoConfig
 from trl_loo_gspo.trainer.checks import RewardFunctionError, RewardTally, nothing_trained_reason
 from trl_loo_gspo.trainer.reporting import objective_line, summary_rows
 
-from .helpers import base_kwargs, make_model_and_tokenizer, train_dataset
+from .helpers import base_kwargs, reward_trainer
 
 
 def _config(tmp_path, **overrides) -> LooGspoConfig:
@@ -62,17 +62,6 @@ def test_the_objective_line_names_what_was_resolved(tmp_path):
     assert "loss_type=grpo, TRL's loss, advantages=trl (scale_rewards=group), ratio=token" in line
 
 
-def _trainer(tmp_path, reward, dataset=None, **overrides):
-    model, tokenizer = make_model_and_tokenizer()
-    return LooGspoTrainer(
-        model=model,
-        reward_funcs=reward,
-        args=LooGspoConfig(**base_kwargs(str(tmp_path), **overrides)),
-        train_dataset=train_dataset(16) if dataset is None else dataset,
-        processing_class=tokenizer,
-    )
-
-
 def reward_divides(completions, answer, **_):
     return [1.0 / 0 if int(a) % 2 == 0 else 0.0 for a in answer]  # fails on the rows of an even sum
 
@@ -82,14 +71,14 @@ def reward_needs_solution(completions, solution, **_):
 
 
 def test_the_objective_is_printed_once_when_training_starts(tmp_path, capsys):
-    trainer = _trainer(tmp_path, lambda completions, **_: [float(len(c) % 2) for c in completions])
+    trainer = reward_trainer(tmp_path, lambda completions, **_: [float(len(c) % 2) for c in completions])
     trainer.train()
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Objective: ")]
     assert lines == [objective_line(trainer.objective)]
 
 
 def test_a_raising_reward_names_the_function_the_row_and_the_columns(tmp_path):
-    trainer = _trainer(tmp_path, reward_divides)
+    trainer = reward_trainer(tmp_path, reward_divides)
     with pytest.raises(RewardFunctionError) as error:
         trainer.train()
     message = str(error.value)
@@ -101,7 +90,7 @@ def test_a_raising_reward_names_the_function_the_row_and_the_columns(tmp_path):
 
 
 def test_a_reward_missing_a_column_names_the_columns_there_are(tmp_path):
-    trainer = _trainer(tmp_path, reward_needs_solution)
+    trainer = reward_trainer(tmp_path, reward_needs_solution)
     with pytest.raises(RewardFunctionError) as error:
         trainer.train()
     message = str(error.value)
@@ -111,7 +100,7 @@ def test_a_reward_missing_a_column_names_the_columns_there_are(tmp_path):
 
 
 def test_a_constant_reward_with_dynamic_sampling_says_the_reward_is_constant(tmp_path):
-    trainer = _trainer(
+    trainer = reward_trainer(
         tmp_path, lambda completions, **_: [1.0] * len(completions), dynamic_sampling=True, max_sampling_rounds=2
     )
     trainer.train()
