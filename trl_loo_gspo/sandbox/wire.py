@@ -218,6 +218,10 @@ def wire_codec():
         found = _getattr(_modules.get(module), name, None)
         return found if _isinstance(found, type) else None
 
+    def pairs(v, ref, depth):
+        """A mapping's items as ``[[key, value], ...]`` nodes (``dict.items``: whatever a subclass overrides)."""
+        return [[encode(k, ref, depth + 1), encode(x, ref, depth + 1)] for k, x in _items(v)]
+
     def encode(v, ref=None, depth=0):
         if depth > WIRE_MAX_DEPTH:
             raise Unplain("nested too deeply")
@@ -237,7 +241,7 @@ def wire_codec():
         if t in seqs:
             return [seqs[t], [encode(x, ref, depth + 1) for x in iters[t](v)]]
         if t is dict:
-            return ["d", [[encode(k, ref, depth + 1), encode(x, ref, depth + 1)] for k, x in _items(v)]]
+            return ["d", pairs(v, ref, depth)]
         if t in views:
             return [views[t], [encode(x, ref, depth + 1) for x in v]]
         if t in iterators or _getattr(t, "__module__", None) == "itertools":
@@ -254,14 +258,13 @@ def wire_codec():
         if t is _range:
             return ["rg", _repr_i(v.start, "x"), _repr_i(v.stop, "x"), _repr_i(v.step, "x")]
         if t is stdlib_type("collections", "Counter"):
-            return ["Ct", [[encode(k, ref, depth + 1), encode(x, ref, depth + 1)] for k, x in _items(v)]]
+            return ["Ct", pairs(v, ref, depth)]
         if t is stdlib_type("collections", "OrderedDict"):
-            return ["od", [[encode(k, ref, depth + 1), encode(x, ref, depth + 1)] for k, x in _items(v)]]
+            return ["od", pairs(v, ref, depth)]
         if t is stdlib_type("collections", "defaultdict"):
             factory = v.default_factory
             name = factory.__name__ if _type(factory) is type and factories.get(factory.__name__) is factory else None
-            pairs = [[encode(k, ref, depth + 1), encode(x, ref, depth + 1)] for k, x in _items(v)]
-            return ["dd", name, pairs]
+            return ["dd", name, pairs(v, ref, depth)]
         if t is stdlib_type("fractions", "Fraction"):
             return ["fr", _repr_i(v.numerator, "x"), _repr_i(v.denominator, "x")]
         if t is stdlib_type("decimal", "Decimal"):
@@ -280,7 +283,7 @@ def wire_codec():
             if _isinstance(v, base):
                 return [seqs[base], [encode(x, ref, depth + 1) for x in iters[base](v)]]
         if _isinstance(v, dict):
-            return ["d", [[encode(k, ref, depth + 1), encode(x, ref, depth + 1)] for k, x in _items(v)]]
+            return ["d", pairs(v, ref, depth)]
         raise Unplain(t.__name__)
 
     def pairs_of(items, resolve, depth):
