@@ -95,7 +95,75 @@ def test_trainer_class_is_hook_wiring_of_a_readable_size():
         for number, line in enumerate(lines, start=cls.lineno)
         if line.strip() and not line.strip().startswith("#") and number not in docstrings
     ]
-    assert len(code) <= 300, len(code)
+    # 365: since issue 34 the trainer is the one place TRL's state is touched (the reward-list and rollout swaps,
+    # the sampling round's layout, the replay's metrics and the loss's value moved in from the components), so it
+    # holds those lines; the components it delegates to hold no trainer (the test below).
+    assert len(code) <= 365, len(code)
+
+
+# Under trainer/, the modules that may reach into the trainer's or TRL's objects, and what for (docs/architecture.md):
+# forward.py is a mixin of the trainer class itself (TRL calls the forward helper from inside its own methods);
+# reporting.py reads the trackers' run handles off Transformers' integration callbacks.
+_TRAINER_PARTS = {"trainer.py", "forward.py"}
+_ALLOWED_PRIVATE = {("reporting.py", "_wandb"), ("reporting.py", "_trackio"), ("reporting.py", "_ml_flow")}
+# A callback tells the Trainer what to do through the TrainerControl it is handed (Transformers' callback contract).
+_ALLOWED_ASSIGNED_BASES = {"control"}
+
+
+def _touches(path: Path) -> list[str]:
+    """Where a module assigns an attribute of anything but ``self`` (the trainer, TRL's state, a TRL object), sets
+    one with ``setattr``, or reads a private attribute of anything but ``self`` (e.g. ``trainer._metrics``,
+    ``GRPOTrainer._generate``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            base = node.value
+            own = isinstance(base, ast.Name) and base.id in ("self", "cls")
+            if not own and not (isinstance(base, ast.Name) and base.id in _ALLOWED_ASSIGNED_BASES):
+                found.append(f"{path.name}:{node.lineno} assigns {ast.unparse(node)}")
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            base = node.value
+            if not (isinstance(base, ast.Name) and base.id in ("self", "cls")):
+                if (path.name, node.attr) not in _ALLOWED_PRIVATE:
+                    found.append(f"{path.name}:{node.lineno} reads {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            found.append(f"{path.name}:{node.lineno} calls {node.func.id}")
+    return found
+
+
+def test_only_the_trainer_touches_the_trainer_or_trl():
+    """No component (anything under trainer/ but the trainer class's own files) assigns an attribute of the trainer
+    or of TRL's state, or calls a private GRPOTrainer method: TRL's state changes in one visible place."""
+    parts = sorted(p for p in (PACKAGE / "trainer").glob("*.py") if p.name not in _TRAINER_PARTS)
+    assert len(parts) > 10  # the glob found the components
+    found = [line for path in parts for line in _touches(path)]
+    assert found == [], "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "def f(trainer):\n    trainer.reward_funcs = []\n",
+        "def f(self):\n    self.trainer.state.num_input_tokens_seen = 0\n",
+        "def f(t):\n    t._accounting.noise_exact = True\n",
+        "from trl import GRPOTrainer\ndef f(self):\n    GRPOTrainer._generate(self.trainer, [])\n",
+        "def f(self):\n    return self.trainer._metrics['train']\n",
+        "def f(trainer):\n    setattr(trainer, 'tools', None)\n",
+    ],
+)
+def test_the_touch_check_catches_each_kind(tmp_path, snippet):
+    path = tmp_path / "component.py"
+    path.write_text(snippet)
+    assert _touches(path)
+
+
+def test_the_touch_check_allows_a_components_own_state(tmp_path):
+    path = tmp_path / "component.py"
+    path.write_text(
+        "class C:\n    def f(self, control):\n        self.x = 1\n        self._y = 2\n"
+        "        control.should_log = True\n        return self._y\n"
+    )
+    assert _touches(path) == []
 
 
 @pytest.mark.slow
@@ -130,6 +198,16 @@ def test_every_component_round_trips_its_state(tmp_path):
     trained.train()
     state = json.loads(json.dumps(trained.run_state()))  # what trainer_state.json holds
     assert set(state) == set(trained.components())
+    # every part of ours with state, on the trainer or among its callbacks, is a listed component (a part left out
+    # of components() would otherwise pass this test by construction)
+    listed = {id(part) for part in trained.components().values()}
+    parts = list(vars(trained).items()) + [(type(c).__name__, c) for c in trained.callback_handler.callbacks]
+    stateful = {
+        name
+        for name, part in parts
+        if type(part).__module__.startswith("trl_loo_gspo") and callable(getattr(part, "state_dict", None))
+    }
+    assert stateful and {name for name, part in parts if name in stateful and id(part) not in listed} == set()
     fresh = build(tmp_path / "b")
     assert fresh.run_state() != state
     fresh.load_run_state(state)

@@ -8,10 +8,8 @@ import dataclasses
 import json
 import os
 import shlex
-import statistics
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -373,19 +371,37 @@ def test_the_shipped_train_help_is_current():
     assert cached_help() == live_help()
 
 
-@pytest.mark.parametrize("command", [[], ["train"], ["demo"], ["ablate"], ["local-setup"]], ids=" ".join)
-def test_help_answers_in_under_two_seconds(command, tmp_path):
-    """Median of 3 spawned runs (lazy imports: no torch, no TRL); the bound is generous for a loaded 2-core box."""
+HELP_PROBE = """
+import contextlib, io, json, sys
+from trl_loo_gspo.cli import main
+answers = {}
+for command in ([], ["train"], ["demo"], ["ablate"], ["local-setup"]):
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        try:
+            code = main([*command, "--help"])
+        except SystemExit as stop:
+            code = stop.code
+    answers[" ".join(command) or "(none)"] = [code, buffer.getvalue().startswith("usage:")]
+heavy = [name for name in ("torch", "transformers", "trl", "datasets", "accelerate", "peft") if name in sys.modules]
+print(json.dumps({"answers": answers, "heavy": heavy}))
+"""
+
+
+def test_help_of_every_command_imports_no_heavy_library(tmp_path):
+    """``--help`` of every command answers from lazy imports (no torch, transformers, TRL, ...): what makes it fast on
+    any machine; the time itself is not asserted (no wall-clock thresholds in tests). One interpreter asks every
+    command in turn. Where the shipped train help was built with other library versions, one first run builds it live
+    and caches it (that run imports the libraries: it is the warm-up, not the probe)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TRL_LOO_GSPO_CACHE": str(tmp_path)}
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        child = subprocess.run(
-            [sys.executable, "-m", "trl_loo_gspo", *command, "--help"], capture_output=True, text=True, env=env
-        )
-        times.append(time.perf_counter() - start)
-        assert child.returncode == 0 and child.stdout.startswith("usage:"), child.stderr
-    assert statistics.median(times) < 2.0, times
+    if shipped_key() != help_key():
+        warm = subprocess.run([sys.executable, "-m", "trl_loo_gspo", "train", "--help"], capture_output=True, env=env)
+        assert warm.returncode == 0, warm.stderr
+    child = subprocess.run([sys.executable, "-c", HELP_PROBE], capture_output=True, text=True, env=env)
+    assert child.returncode == 0, child.stderr[-3000:]
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    assert result["answers"] == {name: [0, True] for name in ("(none)", "train", "demo", "ablate", "local-setup")}
+    assert result["heavy"] == [], result
     if shipped_key() == help_key():  # the shipped copy fits these libraries: nothing built and cached
         assert not list(tmp_path.iterdir())
 

@@ -159,10 +159,10 @@ def test_probe_never_generates_the_continuation_for_filtered_prompts(tmp_path):
         calls.append(trainer_.answers_per_prompt)
         return rollout(prompts, trainer_)
 
-    def spy_round(prompts, pending, rows_missing, final):
+    def spy_round(prompts, pending, rows_missing, final, probe_rates):
         continued.extend(group["prompt"]["prompt"] for group in pending)
         probed.extend(x["prompt"] for x in prompts)
-        return probe_round(prompts, pending, rows_missing, final)
+        return probe_round(prompts, pending, rows_missing, final, probe_rates)
 
     trainer.rollout_func, trainer.sampler._probe_round = spy, spy_round
     kinds = {row["prompt"]: row["kind"] for row in trainer.train_dataset}

@@ -135,24 +135,23 @@ def test_shaped_reward_returns_the_wrapped_verifiers_results_with_shaped_scores(
 
 def test_checked_reward_funcs_hand_each_call_its_own_outputs():
     verifier = EchoVerifier()
-    trainer = SimpleNamespace(reward_funcs=[lambda completions, **_: [0.0] * len(completions), verifier])
-    checks = RewardChecks(trainer)
+    user = [lambda completions, **_: [0.0] * len(completions), verifier]
+    checks = RewardChecks(len(user))
     seen = []
     for tag, n in (("a", 2), ("bb", 3)):
-        with checks.checked_reward_funcs() as outputs:
-            plain, checked = trainer.reward_funcs
-            assert plain(**call_of(tag, n)) == [0.0] * n
-            assert checked(**call_of(tag, n)) == [float(len(c)) for c in call_of(tag, n)["completions"]]
-        assert trainer.reward_funcs[1] is verifier  # the user's list again
+        outputs = RewardOutputs()
+        plain, checked = checks.checked(user, outputs)
+        assert plain(**call_of(tag, n)) == [0.0] * n
+        assert checked(**call_of(tag, n)) == [float(len(c)) for c in call_of(tag, n)["completions"]]
+        assert user[1] is verifier  # the user's list is never changed
         assert outputs.get(0) is None  # a plain function: no per-answer results
         seen.append(outputs)
     assert [[r.details["tag"] for r in o.get(1).results] for o in seen] == [["a0", "a1"], ["bb0", "bb1", "bb2"]]
     assert checks.tallies[1].completions == 5
-    with checks.checked_reward_funcs():
-        checked = trainer.reward_funcs[1]
+    checked = checks.checked(user, RewardOutputs())[1]
+    checked(**call_of("a", 1))
+    with pytest.raises(RuntimeError, match="called twice in one reward call"):
         checked(**call_of("a", 1))
-        with pytest.raises(RuntimeError, match="called twice in one reward call"):
-            checked(**call_of("a", 1))
 
 
 def test_process_feedback_reads_the_calls_outputs_only():

@@ -36,12 +36,12 @@ class Spy(LooGspoTrainer):
         self.rounds, self.probe_calls, self.batches = [], [], []
         probe_round, sample = self.sampler._probe_round, self.sampler.sample
 
-        def spy_probe_round(prompts, pending, rows_missing, final):
+        def spy_probe_round(prompts, pending, rows_missing, final, probe_rates):
             self.probe_calls.append({"final": final, "new_prompts": len(prompts), "pending": len(pending)})
-            return probe_round(prompts, pending, rows_missing, final)
+            return probe_round(prompts, pending, rows_missing, final, probe_rates)
 
-        def spy_sample(inputs):
-            final_inputs, replay = sample(inputs)
+        def spy_sample(inputs, metrics):
+            final_inputs, replay = sample(inputs, metrics)
             self.batches.append((final_inputs, replay))
             return final_inputs, replay
 
@@ -188,10 +188,11 @@ def test_a_dataset_without_prompts_is_accepted_when_an_environment_owns_them():
 
 
 def test_the_trainer_defers_to_trl_on_prompts_when_an_environment_is_given(tmp_path, monkeypatch):
+    import trl_loo_gspo.trainer.checks as checks_module
     import trl_loo_gspo.trainer.trainer as trainer_module
 
     seen = []
-    monkeypatch.setattr(trainer_module, "check_dataset", lambda *a, **k: seen.append(k["require_prompt"]))
+    monkeypatch.setattr(checks_module, "check_dataset", lambda *a, **k: seen.append(k["require_prompt"]))
 
     class Refused(Exception):
         pass

@@ -182,3 +182,28 @@ def test_entropy_feedback_moves_the_clip_bound_of_a_trl_loss(tmp_path):
     assert [round(h["entropy_feedback/k"], 6) for h in logs] == [0.01, 0.02, 0.03]
     assert all(0.0 < h["entropy_feedback/entropy"] < math.log(trainer.model.config.vocab_size) + 1e-6 for h in logs)
     assert trainer.epsilon_high == pytest.approx(0.3 + 0.03)
+
+
+@pytest.mark.parametrize("resolved", [True, False])
+def test_trls_constructor_checks_the_resolved_objective(tmp_path, monkeypatch, capfd, caplog, resolved):
+    """loss_type='vespo' resolves importance_sampling_level to 'token': TRL's constructor sees that, not the unset
+    field (without the resolution — the control — TRL warns that the level should be 'token')."""
+    import contextlib
+
+    if not resolved:
+        monkeypatch.setattr(LooGspoConfig, "resolved_for_trl", lambda self: contextlib.nullcontext(self))
+    model, tokenizer = make_model_and_tokenizer()
+    args = LooGspoConfig(**base_kwargs(str(tmp_path), loss_type="vespo", max_steps=1))
+    assert args.importance_sampling_level is None  # unset: the objective resolves it
+    with caplog.at_level("WARNING"):
+        trainer = LooGspoTrainer(
+            model=model,
+            reward_funcs=[controlled_reward],
+            args=args,
+            train_dataset=controlled_dataset(),
+            processing_class=tokenizer,
+        )
+    said = caplog.text + "".join(capfd.readouterr())
+    assert ("`importance_sampling_level` should be set to `'token'`" in said) is not resolved
+    assert args.importance_sampling_level is None  # the user's field is kept
+    assert trainer.importance_sampling_level == "token" and trainer.loss_type == "vespo"

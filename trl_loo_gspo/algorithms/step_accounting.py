@@ -96,6 +96,13 @@ class StepAccounting:
         if extrema is not None:
             self.extrema = torch.maximum(self.extrema, extrema)
 
+    def add_noise(self, rows: torch.Tensor | None) -> None:
+        """A micro-batch of a fresh round: its noise rows, or ``None`` when its old log-probs were the loss pass's own
+        (TRL skipped the old pass: the noise is 0 by construction, nothing to gather)."""
+        self.noise_exact = rows is None
+        if rows is not None:
+            self.noise.append(rows)
+
     def add_loss(self, loss: torch.Tensor) -> None:
         self.micro += 1
         self.loss_sum = loss if self.loss_sum is None else self.loss_sum + loss

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -16,6 +18,9 @@ from ..algorithms.group_filter import GROUP_FILTERS
 from . import objective
 from .objective import LOSS_TYPE, TRL_LOSS_TYPES, Objective
 from .precision import resolve_bf16
+
+# The objective's fields GRPOConfig defines (TRL's constructor reads and checks these).
+_TRL_OBJECTIVE_FIELDS = ("loss_type", "scale_rewards", "importance_sampling_level", "epsilon", "epsilon_high")
 
 #: A clip bound at least this large is token-scale: the length-normalised sequence ratio rarely leaves 1 ± 1e-2.
 TOKEN_SCALE_EPSILON = 0.01
@@ -360,6 +365,27 @@ class LooGspoConfig(GRPOConfig):
         """The objective these fields select, resolved afresh (:func:`trl_loo_gspo.config.objective.resolve`):
         the fields keep the values the user gave, so ``dataclasses.replace`` and a reloaded config round-trip."""
         return objective.resolve(self)
+
+    @contextmanager
+    def resolved_for_trl(self) -> Iterator[LooGspoConfig]:
+        """Within the block, TRL's fields of the objective (``loss_type``, ``scale_rewards``,
+        ``importance_sampling_level``, ``epsilon``, ``epsilon_high``) hold the values that train, so that TRL's
+        constructor validates and warns about what will run rather than about unset fields (``loss_type='vespo'``
+        resolves ``importance_sampling_level`` to ``'token'``); restored afterwards, so the fields keep the values
+        the user gave. With our loss TRL's loss-specific checks do not apply and nothing changes."""
+        resolved = self.objective
+        if resolved.uses_own_loss:
+            yield self
+            return
+        values = {name: value for name, value in resolved.field_values().items() if name in _TRL_OBJECTIVE_FIELDS}
+        saved = {name: getattr(self, name) for name in values}
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        try:
+            yield self
+        finally:
+            for name, value in saved.items():
+                object.__setattr__(self, name, value)
 
     @classmethod
     def stock_trl(cls, **kwargs) -> LooGspoConfig:

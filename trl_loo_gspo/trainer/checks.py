@@ -10,26 +10,29 @@ says so at the end instead of looking like success. Plain Python: no library che
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import functools
+import inspect
 import logging
 import math
 import numbers
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from accelerate.utils import DistributedType
+from accelerate.utils import DistributedType, is_peft_model
 from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_callable_name, is_async_callable
 
+from ..config import LooGspoConfig
 from ..verifiers.base import RewardOutput
 from .launch import engine_warning, launch_error, requested_engine
+from .publishing import merge_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -194,7 +197,7 @@ def _after_call(output: Any, name: str, expected: int, tally: RewardTally) -> An
 
 class RewardOutputs:
     """The :class:`~trl_loo_gspo.verifiers.base.RewardOutput` of each reward function in *one* reward call, by its
-    index in ``reward_funcs``: a fresh one per call (:meth:`RewardChecks.checked_reward_funcs`), so what a verifier
+    index in ``reward_funcs``: a fresh one per call (:meth:`RewardChecks.checked`), so what a verifier
     returned travels with the call that produced it (process feedback reads the per-answer results from here)."""
 
     def __init__(self) -> None:
@@ -308,6 +311,33 @@ class NothingTrainedWarning(TrainerCallback):
         return control
 
 
+_GRPO_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
+
+
+def checked_construction(model: Any, reward_funcs: Any, args: Any, rest: tuple, kwargs: dict) -> Any:
+    """What ``LooGspoTrainer(...)`` refuses before TRL loads the model: args that are not a ``LooGspoConfig`` (or
+    ``None``: the defaults, returned), datasets without rows or prompts, and a merged Hub push it cannot make
+    (before ``Trainer.__init__``, which creates the Hub repository: a refused run leaves nothing on the Hub)."""
+    if args is None:
+        name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", None)
+        args = LooGspoConfig(f"{str(name or type(model).__name__).rstrip('/').split('/')[-1]}-LooGspo")
+    elif not isinstance(args, LooGspoConfig):
+        kind = "a trl.GRPOConfig" if isinstance(args, GRPOConfig) else f"a {type(args).__name__}"
+        raise TypeError(
+            f"LooGspoTrainer needs args=LooGspoConfig(...), got {kind}. LooGspoConfig subclasses GRPOConfig and "
+            "takes the same arguments: replace `GRPOConfig(` with `LooGspoConfig(` (from trl_loo_gspo)."
+        )
+    given = _GRPO_SIGNATURE.bind_partial(None, model, reward_funcs, args, *rest, **kwargs).arguments
+    prompts = given.get("environment_factory") is None  # an environment may own the prompts, as TRL allows
+    check_dataset(given.get("train_dataset"), "train_dataset", require_rows=True, require_prompt=prompts)
+    check_dataset(given.get("eval_dataset"), "eval_dataset", require_rows=False, require_prompt=prompts)
+    lora = given.get("peft_config") is not None or (not isinstance(model, str) and is_peft_model(model))
+    refusal = merge_refusal(args.hub_merge_adapter, lora, requested_engine(os.environ, args) is not None)
+    if refusal is not None:
+        raise ValueError(refusal)
+    return args
+
+
 def check_launch(trainer: Any) -> None:
     """Refuse a process group that would not train as one run; warn when a requested engine was not set up
     (the decisions are :mod:`trl_loo_gspo.trainer.launch`'s)."""
@@ -347,17 +377,17 @@ def check_runtime_support(trainer: Any) -> None:
 
 class RewardChecks:
     """Reward outputs checked and tallied per function, infinite rewards refused, one warning when a whole batch is
-    unscorable, and :meth:`nothing_trained` for the end of the run (a component of ``LooGspoTrainer``)."""
+    unscorable, and :meth:`nothing_trained` for the end of the run (a component of ``LooGspoTrainer``; it holds no
+    trainer: the trainer hands TRL the :meth:`checked` list for one reward call)."""
 
-    def __init__(self, trainer: Any) -> None:
-        self.trainer = trainer
-        self.tallies = [RewardTally() for _ in trainer.reward_funcs]
+    def __init__(self, num_funcs: int) -> None:
+        self.tallies = [RewardTally() for _ in range(num_funcs)]
         self._warned_unscorable = False
 
-    def _checked_list(self, outputs: RewardOutputs) -> list:
-        """Checked versions of ``trainer.reward_funcs`` recording into ``outputs`` (built per call; the tallies are
-        reset when the list was replaced by one of another length after construction)."""
-        current = list(self.trainer.reward_funcs)
+    def checked(self, reward_funcs: list, outputs: RewardOutputs) -> list:
+        """Checked versions of ``reward_funcs`` recording into ``outputs``, for one reward call (the tallies are reset
+        when the list was replaced by one of another length after construction)."""
+        current = list(reward_funcs)
         if len(self.tallies) != len(current):
             self.tallies = [RewardTally() for _ in current]
         checked = []
@@ -368,28 +398,16 @@ class RewardChecks:
             checked.append(func)
         return checked
 
-    @contextlib.contextmanager
-    def checked_reward_funcs(self) -> Iterator[RewardOutputs]:
-        """TRL's reward loop runs the checked functions; ``trainer.reward_funcs`` is the user's list otherwise.
-        Yields this call's :class:`RewardOutputs`, filled while TRL's loop runs."""
-        trainer = self.trainer
-        outputs = RewardOutputs()
-        original, trainer.reward_funcs = trainer.reward_funcs, self._checked_list(outputs)
-        try:
-            yield outputs
-        finally:
-            trainer.reward_funcs = original
-
-    def check_rewards(self, rewards_per_func: torch.Tensor) -> None:
+    def check_rewards(self, rewards_per_func: torch.Tensor, names: list[str]) -> None:
         """Refuse infinite rewards (they would turn the weights into NaN at the first update and fail far from their
-        cause), naming the function; warn once when no answer of a batch could be scored. Runs on the gathered
-        rewards, so every rank decides alike."""
+        cause), naming the function (``names``: the reward functions' names); warn once when no answer of a batch
+        could be scored. Runs on the gathered rewards, so every rank decides alike."""
         infinite = torch.isinf(rewards_per_func)
         if bool(infinite.any()):
             column = int(infinite.any(dim=0).nonzero()[0])
             rows = infinite[:, column].nonzero().flatten().tolist()
             raise ValueError(
-                f"reward function {self.trainer.reward_func_names[column]!r} returned an infinite reward for "
+                f"reward function {names[column]!r} returned an infinite reward for "
                 f"{len(rows)} of {rewards_per_func.size(0)} completions (first: row {rows[0]} of the gathered batch, "
                 f"value {float(rewards_per_func[rows[0], column])}). Rewards must be finite floats, or None for an "
                 "answer that cannot be scored."
@@ -398,26 +416,25 @@ class RewardChecks:
             self._warned_unscorable = True
             logger.warning(
                 f"No completion of this batch ({rewards_per_func.size(0)} answers) could be scored: "
-                + "; ".join(self._tally_lines())
+                + "; ".join(self._tally_lines(names))
                 + ". Unscorable answers get weight 0: nothing is learned from this batch."
             )
 
-    def _tally_lines(self) -> list[str]:
+    def _tally_lines(self, names: list[str]) -> list[str]:
         return [
             f"reward function {name!r} returned None for {t.none} and NaN for {t.nan} of {t.completions} completions"
-            for name, t in zip(self.trainer.reward_func_names, self.tallies, strict=False)
+            for name, t in zip(names, self.tallies, strict=False)
             if t.completions
         ]
 
-    def nothing_trained(self, effective_tokens: int, padded_rows: int) -> str | None:
+    def nothing_trained(
+        self, args: Any, names: list[str], global_step: int, log_history: list, effective_tokens: int, padded_rows: int
+    ) -> str | None:
         """Why this run moved the policy on no answer, or ``None`` when some answer carried a weight."""
-        trainer, args = self.trainer, self.trainer.args
-        tallies = {name: t for name, t in zip(trainer.reward_func_names, self.tallies, strict=False) if t.completions}
+        tallies = {name: t for name, t in zip(names, self.tallies, strict=False) if t.completions}
         padding = None
         if args.dynamic_sampling and padded_rows > 0:
             padding = f"max_sampling_rounds={args.max_sampling_rounds}"
             if args.probe_generations:
                 padding += f" with the two-stage probe (probe_generations={args.probe_generations})"
-        return nothing_trained_reason(
-            trainer.state.global_step, effective_tokens, trainer.state.log_history, tallies, padding
-        )
+        return nothing_trained_reason(global_step, effective_tokens, log_history, tallies, padding)

@@ -57,7 +57,8 @@ class ProcessFeedback:
     def collect_signals(self, outputs: RewardOutputs, num_local_rows: int) -> list[dict] | None:
         """After a reward call: the span entries of every row of all ranks, aligned with the gathered rewards
         (``None`` when process feedback is off). ``outputs``: what that call's reward functions returned
-        (:meth:`~trl_loo_gspo.trainer.checks.RewardChecks.checked_reward_funcs`), read nowhere else."""
+        (filled by the functions of :meth:`~trl_loo_gspo.trainer.checks.RewardChecks.checked`), read nowhere
+        else."""
         if not self.on:
             return None
         # Per row: the spans of every span-emitting verifier, and the first one's own (unshaped) final score.

@@ -1,8 +1,8 @@
 """Dynamic sampling (method §3.1) wired into TRL's generation: a component of ``LooGspoTrainer``.
 
 One training batch is assembled in generation *rounds*. Each round generates and verifies whole prompt groups
-(TRL's ``_generate`` and ``_calculate_rewards``, called as they are), gathers the answers of every rank, and
-decides on the gathered rewards — identically on every rank — which groups carry a comparison signal
+(the trainer's ``generate_and_score``: TRL's ``_generate`` and its reward call, as they are), gathers the answers
+of every rank, and decides on the gathered rewards — identically on every rank — which groups carry a comparison signal
 (:mod:`trl_loo_gspo.algorithms.group_filter`). Missing groups are refilled with new prompts from a sampler that
 has its own seed and cursor, up to ``max_sampling_rounds``. The chosen groups are then handed to TRL's
 ``_generate_and_score_completions`` through a *replay*: ``_generate`` and ``_calculate_rewards`` return the answers
@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -29,22 +28,19 @@ from ..algorithms.group_filter import (
     allocate_group_sizes,
     group_decisions,
     refill_prompt_count,
-    resolve_refill_seed,
     select_groups,
 )
-from .generation import Generation
 from .rows import (
     NO_SPANS,
     Replay,
     RoundData,
-    combined_rewards,
     generation_from_records,
     padding_record,
     prompt_key,
     row_records,
     row_tokens,
-    with_extra_fields,
 )
+from .sampling_plan import SamplingCalls, SamplingPlan
 
 #: Why a call stopped drawing rounds when the rollout-token budget was reached (no warning, no error: training ends).
 BUDGET_SPENT = "rollout-token budget reached"
@@ -52,20 +48,19 @@ BUDGET_SPENT = "rollout-token budget reached"
 
 class DynamicSampler:
     """With ``dynamic_sampling``, assembles each training batch in rounds (:meth:`sample`, see the module
-    docstring). It overrides no TRL hook: the trainer's ``_generate_and_score_completions`` calls :meth:`sample`,
-    then TRL replays the batch through :class:`~trl_loo_gspo.trainer.generation.Generation`. Its state (counters,
+    docstring). It holds no trainer: a frozen :class:`SamplingPlan` and the :class:`SamplingCalls` the trainer
+    provides (generation and scoring of a round's rows, the run plan's budget, the step counter). The trainer's
+    ``_generate_and_score_completions`` calls :meth:`sample`, then TRL replays the batch. Its state (counters,
     refill sampler, registry, re-check schedule) is checkpointed through :meth:`state_dict`."""
 
     def __init__(
-        self, trainer: Any, generation: Generation, budget_left: Callable[[], int | None] = lambda: None
+        self, plan: SamplingPlan, calls: SamplingCalls, train_dataset: Any, accelerator: Any, environments: bool
     ) -> None:
-        self.trainer = trainer
-        self.generation = generation
-        self.budget_left = budget_left  # generated tokens the run plan still allows before this call (None: no budget)
-        args = self.args = trainer.args
-        self.accelerator = trainer.accelerator
-        self.num_generations = trainer.num_generations
-        self.train_dataset = trainer.train_dataset
+        self.plan = plan
+        self.calls = calls
+        self.accelerator = accelerator
+        self.num_generations = plan.num_generations
+        self.train_dataset = train_dataset
         self._row_store: dict[tuple[int, int], dict] = {}  # this rank's generated rows still in the running
         self._row_calls = 0  # generation calls so far (part of a row's local key)
         self._pad_template: dict | None = None
@@ -76,20 +71,19 @@ class DynamicSampler:
         self.filtered_registry: dict[int, dict] = {}  # method §3.1 re-checks: dataset index -> record
         self._recheck = RecheckSchedule(None)
         self._prompt_index: dict[str, int] = {}
-        if not args.dynamic_sampling:
+        if not plan.dynamic_sampling:
             return
-        if isinstance(self.train_dataset, IterableDataset):
+        if isinstance(train_dataset, IterableDataset):
             raise ValueError(
                 "dynamic_sampling needs a map-style train_dataset (refill prompts are drawn by index); got an "
                 "IterableDataset. Materialise it (e.g. Dataset.from_list) or set dynamic_sampling=False."
             )
-        if trainer.environment_factories is not None:
+        if environments:
             raise ValueError("dynamic_sampling does not support environment_factory yet; set dynamic_sampling=False.")
-        seed = resolve_refill_seed(args.refill_seed, args.data_seed, args.seed)
-        self._refill = RefillSampler(len(self.train_dataset), seed, shuffle=args.shuffle_dataset)
-        self._recheck = RecheckSchedule(args.recheck_filtered_every)
-        if args.recheck_filtered_every is not None:
-            for index, prompt in enumerate(self.train_dataset["prompt"]):
+        self._refill = RefillSampler(len(train_dataset), plan.refill_seed, shuffle=plan.shuffle_dataset)
+        self._recheck = RecheckSchedule(plan.recheck_filtered_every)
+        if plan.recheck_filtered_every is not None:
+            for index, prompt in enumerate(train_dataset["prompt"]):
                 self._prompt_index.setdefault(prompt_key(prompt), index)
 
     def state_dict(self) -> dict[str, Any]:
@@ -109,7 +103,7 @@ class DynamicSampler:
         self._recheck.load_state_dict(state.get("recheck_schedule"))
 
     def _combined_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        return combined_rewards(rewards_per_func, self.trainer.reward_weights)
+        return self.calls.combine_rewards(rewards_per_func)
 
     def _generate_rows(self, rows: list[dict], per_prompt: int) -> tuple[list[dict], torch.Tensor]:
         """Generate and verify one answer per row of a *global* row list; each rank takes its equal share.
@@ -123,14 +117,9 @@ class DynamicSampler:
         ranks, rank = self.accelerator.num_processes, self.accelerator.process_index
         share = len(rows) // ranks
         mine = rows[rank * share : (rank + 1) * share]
-        prompts = [x["prompt"] for x in mine]
-        with self.generation.laid_out(per_prompt):  # answers per prompt of this call, for the backend
-            generation = self.trainer._generate(prompts)
-        rewards_per_func, signals = self.trainer._score(
-            with_extra_fields(mine, generation[5]), prompts, generation[3], generation[1]
-        )
+        generation, rewards_per_func, signals, extra_logs = self.calls.generate_and_score(mine, per_prompt)
         local = row_records(generation)
-        for record, logged in zip(local, self._take_extra_logs(len(local)), strict=True):
+        for record, logged in zip(local, extra_logs, strict=True):
             record["extra_log"] = logged  # `log_extra` columns travel with their row
         # Decisions need the gathered rewards only (TRL gathered them). The rows stay on the rank that generated them
         # until the batch is assembled; token counts are known for own rows and summed across ranks once per batch.
@@ -153,19 +142,6 @@ class DynamicSampler:
         ]
         return refs, rewards_per_func
 
-    def _take_extra_logs(self, num_rows: int) -> list[dict]:
-        """The ``log_extra`` columns the reward functions just logged for this rank's rows, one dict per row; TRL's
-        pending buffer is emptied (it would otherwise flush every round's values with the trained batch)."""
-        pending = getattr(self.trainer, "_pending_extra_logs", None)
-        if not pending:
-            return [{} for _ in range(num_rows)]
-        rows = [
-            {column: values[i] if i < len(values) else None for column, values in pending.items()}
-            for i in range(num_rows)
-        ]
-        pending.clear()
-        return rows
-
     def _release(self, refs: list[dict]) -> None:
         """Forget the data of rows that will not be trained (this rank's share): nothing but chosen rows is kept."""
         me = self.accelerator.process_index
@@ -181,7 +157,7 @@ class DynamicSampler:
     def _decide(self, rewards_per_func: torch.Tensor, sizes: list[int], mode: str, band) -> object:
         rewards = self._combined_rewards(rewards_per_func).cpu()
         ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes, dtype=torch.long))
-        return group_decisions(rewards, ids, mode, self.args.signal_tolerance, tuple(band))
+        return group_decisions(rewards, ids, mode, self.plan.signal_tolerance, tuple(band))
 
     @staticmethod
     def _candidate(records, prompt, rewards, decision, g) -> dict:
@@ -202,7 +178,7 @@ class DynamicSampler:
         records, rewards_per_func = self._generate_rows(rows, k)
         n = len(prompts) * k
         decision = self._decide(
-            rewards_per_func[:n], [k] * len(prompts), self.args.group_filter, self.args.pass_rate_band
+            rewards_per_func[:n], [k] * len(prompts), self.plan.group_filter, self.plan.pass_rate_band
         )
         groups = [
             self._candidate(records[g * k : (g + 1) * k], prompt, rewards_per_func[g * k : (g + 1) * k], decision, g)
@@ -220,21 +196,21 @@ class DynamicSampler:
         """Whether new prompts drawn for round ``round_number`` could still be trained: without the probe always;
         with it, only before the last round (the rest of a group comes in the next round), unless a group of
         exactly the probe size is a whole group (``adaptive_group_size`` with ``min_generations`` = probe size)."""
-        args = self.args
-        if not args.probe_generations or round_number < args.max_sampling_rounds:
+        plan = self.plan
+        if not plan.probe_generations or round_number < plan.max_sampling_rounds:
             return True
-        return bool(args.adaptive_group_size) and args.group_size_bounds[0] == args.probe_generations
+        return bool(plan.adaptive_group_size) and plan.group_size_bounds[0] == plan.probe_generations
 
     def _group_sizes(self, probe_means: list[float], rows_missing: int) -> list[int]:
         """Full-group size of each prompt whose probe passed: K each for as many as fit, or adaptive sizes."""
-        args, k = self.args, self.num_generations
-        if args.adaptive_group_size:
-            return allocate_group_sizes(probe_means, rows_missing, *args.group_size_bounds)
+        plan, k = self.plan, self.num_generations
+        if plan.adaptive_group_size:
+            return allocate_group_sizes(probe_means, rows_missing, *plan.group_size_bounds)
         fits = rows_missing // k
         return [k if j < fits else 0 for j in range(len(probe_means))]
 
     def _probe_round(
-        self, prompts: list[dict], pending: list[dict], rows_missing: int, final: bool
+        self, prompts: list[dict], pending: list[dict], rows_missing: int, final: bool, probe_rates: list[float]
     ) -> tuple[list[dict], dict, list[dict]]:
         """Two-stage sampling (method §3.1 variant) in ONE generation call per round: the call carries the
         continuations of the previous round's passing probes (one row per answer) and ``probe_generations`` answers
@@ -244,8 +220,8 @@ class DynamicSampler:
         ``adaptive_group_size`` the group sizes vary per prompt. On the ``final`` round no continuation can follow,
         so only groups of exactly the probe size are taken. Returns the decided groups, token stats and the new
         pending groups."""
-        args = self.args
-        probe = args.probe_generations
+        plan = self.plan
+        probe = plan.probe_generations
         continuation = [p["prompt"] for p in pending for _ in range(p["size"] - probe)]
         rows, _ = self._aligned(continuation + [x for x in prompts for _ in range(probe)])
         records, rewards_per_func = self._generate_rows(rows, 1 if continuation else probe)
@@ -266,7 +242,7 @@ class DynamicSampler:
                 full_rewards.append(torch.cat([group["rewards"], rewards_per_func[start : start + rest]]))
                 start += rest
             full = self._decide(
-                torch.cat(full_rewards), [g["size"] for g in pending], args.group_filter, args.pass_rate_band
+                torch.cat(full_rewards), [g["size"] for g in pending], plan.group_filter, plan.pass_rate_band
             )
             for g, group in enumerate(pending):
                 groups.append(self._candidate(full_records[g], group["prompt"], full_rewards[g], full, g))
@@ -275,8 +251,8 @@ class DynamicSampler:
         if not prompts:
             return groups, stats, []
         probe_rewards = rewards_per_func[c:n]
-        decision = self._decide(probe_rewards, [probe] * len(prompts), "pass_rate_band", args.probe_pass_rate_band)
-        self._probe_rates.extend(decision.mean.tolist())
+        decision = self._decide(probe_rewards, [probe] * len(prompts), "pass_rate_band", plan.probe_pass_rate_band)
+        probe_rates.extend(decision.mean.tolist())
         passing = [j for j in range(len(prompts)) if decision.keep[j]]
         sizes = self._group_sizes([float(decision.mean[j]) for j in passing], max(rows_missing, 0))
         if final:  # no later call can continue a probe
@@ -302,8 +278,8 @@ class DynamicSampler:
             whole = self._decide(
                 torch.cat([probe_rewards[j * probe : (j + 1) * probe] for j in complete]),
                 [probe] * len(complete),
-                args.group_filter,
-                args.pass_rate_band,
+                plan.group_filter,
+                plan.pass_rate_band,
             )
             for g, j in enumerate(complete):
                 rewards_j = probe_rewards[j * probe : (j + 1) * probe]
@@ -325,15 +301,17 @@ class DynamicSampler:
         budget was given) is reached counting this call's rounds so far (one sum over ranks; none without a budget):
         then no further round is drawn, so a run with dynamic sampling passes the budget by at most one round, as a
         run without it does."""
-        left = self.budget_left()
+        left = self.calls.budget_left()
         if left is None:
             return False
-        local = torch.tensor([float(self.generation.peek_generated_tokens())], dtype=torch.float64)
+        local = torch.tensor([float(self.calls.generated_this_call())], dtype=torch.float64)
         this_call = self.accelerator.reduce(local.to(self.accelerator.device), reduction="sum").item()
         return int(this_call) >= left
 
-    def sample(self, inputs: list[dict]) -> tuple[list[dict], Replay]:
-        args = self.args
+    def sample(self, inputs: list[dict], metrics: dict[str, list]) -> tuple[list[dict], Replay]:
+        """The training batch of one generation call: this rank's inputs (one per row, TRL's layout) and the
+        :class:`Replay` TRL's pass runs on; the rounds' metrics go to ``metrics`` (the trainer's training metrics)."""
+        plan = self.plan
         k = self.num_generations
         ranks, rank = self.accelerator.num_processes, self.accelerator.process_index
         local_rows = len(inputs)
@@ -346,14 +324,14 @@ class DynamicSampler:
         prompts = prompts + [self.train_dataset[i] for i in readmitted]
         candidates: list[dict] = []
         totals = {"discarded": 0, "probe": 0, "continuation": 0, "surplus": 0}
-        self._probe_rates: list[float] = []
+        probe_rates: list[float] = []  # every probe's pass rate of this call (the probe/* histogram)
         rounds, filled, exhausted = 0, 0, False
         pending: list[dict] = []  # probe mode: passing probes whose continuation comes with the next call
         while True:
             rounds += 1
-            if args.probe_generations:
-                final = rounds >= args.max_sampling_rounds
-                groups, stats, pending = self._probe_round(prompts, pending, total_rows - filled, final)
+            if plan.probe_generations:
+                final = rounds >= plan.max_sampling_rounds
+                groups, stats, pending = self._probe_round(prompts, pending, total_rows - filled, final, probe_rates)
             else:
                 groups, stats = self._full_round(prompts)
             for key, value in stats.items():
@@ -372,13 +350,13 @@ class DynamicSampler:
             if pending:  # the next call must carry their continuations; new probes only for rows still open
                 open_rows = total_rows - filled - reserved
             else:
-                if rounds >= args.max_sampling_rounds:
+                if rounds >= plan.max_sampling_rounds:
                     exhausted = True
                     break
                 open_rows = total_rows - filled
-                if args.adaptive_group_size and not adaptive_round_can_fill(open_rows, args.group_size_bounds[0]):
+                if plan.adaptive_group_size and not adaptive_round_can_fill(open_rows, plan.group_size_bounds[0]):
                     # fewer rows missing than the smallest group: pad them, do not probe in vain
-                    exhausted = f"{open_rows} missing rows < min_generations={args.group_size_bounds[0]}"
+                    exhausted = f"{open_rows} missing rows < min_generations={plan.group_size_bounds[0]}"
                     break
             prompts = []
             if not self._new_probes_usable(rounds + 1):
@@ -388,13 +366,13 @@ class DynamicSampler:
                     break
                 continue
             can_probe = not (
-                args.adaptive_group_size and not adaptive_round_can_fill(open_rows, args.group_size_bounds[0])
+                plan.adaptive_group_size and not adaptive_round_can_fill(open_rows, plan.group_size_bounds[0])
             )
             if open_rows > 0 and can_probe:
                 kept = sum(c["keep"] for c in candidates) + len(pending)  # pending groups passed their probe
                 keep_rate = kept / max(len(candidates) + len(pending), 1)
                 missing = math.ceil(open_rows / k)
-                per_prompt = args.probe_generations or k
+                per_prompt = plan.probe_generations or k
                 count = refill_prompt_count(missing, keep_rate, ranks, per_prompt, needed)
                 drawn = self._refill.draw(count, exclude=set(self.filtered_registry))  # same on every rank
                 prompts = [self.train_dataset[i] for i in drawn]
@@ -402,9 +380,9 @@ class DynamicSampler:
         selection = select_groups(
             [c["keep"] for c in candidates], [len(c["records"]) for c in candidates], total_rows, exhausted=exhausted
         )
-        why = exhausted if isinstance(exhausted, str) else f"max_sampling_rounds={args.max_sampling_rounds}"
+        why = exhausted if isinstance(exhausted, str) else f"max_sampling_rounds={plan.max_sampling_rounds}"
         spent, exhausted = exhausted == BUDGET_SPENT, bool(exhausted)
-        if exhausted and selection.padding_rows and args.on_sampling_exhausted == "error" and not spent:
+        if exhausted and selection.padding_rows and plan.on_sampling_exhausted == "error" and not spent:
             raise RuntimeError(
                 f"dynamic sampling filled {total_rows - selection.padding_rows} of {total_rows} rows with groups "
                 f"carrying a comparison signal after {rounds} generation rounds ({why}). Raise max_sampling_rounds, "
@@ -418,8 +396,9 @@ class DynamicSampler:
                 stacklevel=2,
             )
             self._warned_exhausted = True
-        self._log_sampling(candidates, selection, rounds, total_rows, totals)
-        self._update_registry(candidates, selection, readmitted)
+        totals["probe_rates"] = probe_rates
+        self._log_sampling(metrics, candidates, selection, rounds, total_rows, totals)
+        self._update_registry(metrics, candidates, selection, readmitted)
 
         chosen = [candidates[i] for i in selection.chosen]
         chosen_set = set(selection.chosen)
@@ -445,7 +424,7 @@ class DynamicSampler:
         sizes = [len(c["records"]) for c in chosen] + ([selection.padding_rows] if selection.padding_rows else [])
         group_ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes)).to(pad_rows_all.device)
         signals = None
-        if self.args.process_advantage_coef > 0:  # §6: every row has an entry, padding rows explicitly none
+        if self.plan.process_spans:  # §6: every row has an entry, padding rows explicitly none
             signals = [NO_SPANS if r.get("pad") else r["span_signals"] for r in all_refs]
         mine = slice(rank * local_rows, (rank + 1) * local_rows)
         my_records = self._assemble(all_refs, local_rows)
@@ -490,16 +469,15 @@ class DynamicSampler:
         """At the first generation round at or after each multiple of ``recheck_filtered_every`` optimizer steps,
         re-admit prompts filtered at least that many steps ago, oldest first (at most one batch of them); they go
         through the probe when it is on (method §3.1)."""
-        due = self._recheck.readmit(self.filtered_registry, self.trainer.state.global_step, needed)
+        due = self._recheck.readmit(self.filtered_registry, self.calls.global_step(), needed)
         for index in due:
             del self.filtered_registry[index]
         return due
 
-    def _update_registry(self, candidates: list[dict], selection, readmitted: list[int]) -> None:
-        metrics = self.trainer._metrics["train"]
-        if self.args.recheck_filtered_every is None:
+    def _update_registry(self, metrics: dict, candidates: list[dict], selection, readmitted: list[int]) -> None:
+        if self.plan.recheck_filtered_every is None:
             return
-        step = self.trainer.state.global_step
+        step = self.calls.global_step()
         passed = 0
         for candidate in candidates:
             index = self._prompt_index.get(prompt_key(candidate["inputs"][0]["prompt"]))
@@ -516,8 +494,9 @@ class DynamicSampler:
         metrics["sampling/readmitted_passed"].append(passed)
         metrics["sampling/registry_size"].append(len(self.filtered_registry))
 
-    def _log_sampling(self, candidates: list[dict], selection, rounds: int, total_rows: int, totals: dict) -> None:
-        metrics = self.trainer._metrics["train"]
+    def _log_sampling(
+        self, metrics: dict, candidates: list[dict], selection, rounds: int, total_rows: int, totals: dict
+    ) -> None:
         chosen = set(selection.chosen)
         discarded = totals["discarded"] + sum(
             row_tokens(r) for i, c in enumerate(candidates) if i not in chosen for r in c["records"]
@@ -540,11 +519,11 @@ class DynamicSampler:
         surplus = selection.surplus + totals["surplus"]
         metrics["sampling/surplus_groups"].append(surplus)
         metrics["tokens/discarded"].append(discarded)
-        if self.args.probe_generations:
+        if self.plan.probe_generations:
             metrics["tokens/probe"].append(probe_tokens)
             metrics["tokens/continuation"].append(continuation_tokens)
-            probe = self.args.probe_generations
-            rates = [r for r in self._probe_rates if not math.isnan(r)]
+            probe = self.plan.probe_generations
+            rates = [r for r in totals["probe_rates"] if not math.isnan(r)]
             for v in range(probe + 1):  # histogram of probe pass rates, binned at multiples of 1/probe
                 share = sum(round(r * probe) == v for r in rates) / max(len(rates), 1)
                 metrics[f"probe/pass_rate_{v}_of_{probe}"].append(share)

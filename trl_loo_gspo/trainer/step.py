@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,7 +19,7 @@ import torch
 from ..algorithms.advantages import frac_rows_without_signal, group_has_signal
 from ..algorithms.losses import PolicyLoss
 from ..algorithms.noise import NOISE_METRICS, noise_summary
-from ..algorithms.step_accounting import IDX
+from ..algorithms.step_accounting import IDX, SUM_STATS, StepAccounting
 from .rows import RoundData, generated_per_effective, loss_mask
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,13 @@ def log_round(
     metrics["tokens/generated"].append(generated)
     metrics["tokens/valid"].append(valid)
     metrics["tokens/effective"].append(effective)
+
+
+def replace_last(logged: Any, values: list) -> None:
+    """Replace the last ``len(values)`` entries of ``logged`` (a bounded deque, e.g. TRL's logged advantages)."""
+    for _ in range(min(len(values), len(logged))):
+        logged.pop()
+    logged.extend(values)
 
 
 def log_totals(metrics: dict[str, list], counters: TokenCounters) -> None:
@@ -218,11 +226,61 @@ def noise_warning(summary: dict[str, float] | None, epsilon_low: float, epsilon_
     )
 
 
+@dataclass(frozen=True)
+class ClosedStep:
+    """An optimizer step's figures over all processes: the sums (:data:`SUM_STATS`), and with our loss the ratio
+    extrema, the true global denominator and the gradient correction ``provisional / true`` (1.0 when exact)."""
+
+    stats: torch.Tensor
+    extrema: torch.Tensor | None = None
+    denominator: float | None = None
+    factor: float = 1.0
+
+
+def close_step(accounting: StepAccounting, reduce: Callable[..., torch.Tensor], column: int | None) -> ClosedStep:
+    """Reduce the step's sums (and, with our loss, its extrema: two all-reduces) and find its true denominator
+    (``column`` 0: tokens, 1: answers; ``None``: TRL's loss)."""
+    stats = reduce(accounting.stats, reduction="sum")
+    if column is None:
+        return ClosedStep(stats)
+    extrema = reduce(torch.cat([accounting.extrema, rank_clip_fractions(accounting.stats)]), reduction="max")
+    # §3.3 exact denominator: the step's global count of valid tokens (or answers)
+    denominator = max(float(stats[IDX["tokens" if column == 0 else "answers"]]), 1.0)
+    return ClosedStep(stats, extrema, denominator, accounting.correction(denominator))
+
+
+@torch.no_grad()
+def rescale_gradients(model: torch.nn.Module, factor: float) -> None:
+    """Multiply every gradient by ``factor`` (gradients are linear in the loss: exact, before clipping)."""
+    for param in model.parameters():
+        if param.grad is not None:
+            param.grad.mul_(factor)
+
+
+def entropy_sums(mask: torch.Tensor, entropies: torch.Tensor) -> torch.Tensor:
+    """A micro-batch's :data:`SUM_STATS` with only the token count and the entropy sum (TRL's loss: what entropy
+    feedback needs from the entropies TRL computed)."""
+    fmask = mask.to(torch.float64)
+    stats = torch.zeros(len(SUM_STATS), dtype=torch.float64, device=fmask.device)
+    stats[IDX["tokens"]] = fmask.sum()
+    stats[IDX["entropy_sum"]] = (entropies.to(torch.float64) * fmask).sum()
+    return stats
+
+
 def rank_clip_fractions(stats: torch.Tensor) -> torch.Tensor:
     """``[−low, high]``: this process's token fractions on the lower and upper clipped branch (reduced with ``max``
     across processes, they give TRL's ``clip_ratio/low_min`` and ``clip_ratio/high_max``)."""
     tokens = stats[IDX["tokens"]].clamp(min=1.0)
     return torch.stack([-stats[IDX["clip_low_tokens"]] / tokens, stats[IDX["clip_high_tokens"]] / tokens])
+
+
+def log_eval_loss_stats(
+    metrics: dict[str, list], stats: torch.Tensor, extrema: torch.Tensor, accelerator: Any, kl: bool, guard: bool
+) -> None:
+    """An evaluation batch's statistics, reduced over processes now (training reduces once per optimizer step)."""
+    reduced = accelerator.reduce(stats, reduction="sum")
+    extrema = accelerator.reduce(torch.cat([extrema, rank_clip_fractions(stats)]), reduction="max")
+    log_loss_stats(metrics, reduced, extrema, kl, guard)
 
 
 def log_loss_stats(

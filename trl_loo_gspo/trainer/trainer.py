@@ -15,32 +15,45 @@ the exact denominator's correction, :class:`EntropyFeedback`). The private TRL m
 
 from __future__ import annotations
 
-import inspect
-import os
 import time
 from typing import Any
 
 import torch
-from accelerate.utils import is_peft_model
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOTrainer
 
 from ..algorithms.advantages import ADVANTAGE_ESTIMATORS
-from ..algorithms.step_accounting import IDX, SUM_STATS, StepAccounting
+from ..algorithms.losses import ClipRange
+from ..algorithms.noise import fresh_round
+from ..algorithms.step_accounting import IDX, StepAccounting
 from ..config import LooGspoConfig
 from .budget import RolloutTokenBudget, RunPlan
 from .checkpoints import resolve_checkpoint
-from .checks import NothingTrainedWarning, RewardChecks, check_dataset, check_launch, check_runtime_support
+from .checks import (
+    NothingTrainedWarning,
+    RewardChecks,
+    RewardOutputs,
+    check_launch,
+    check_runtime_support,
+    checked_construction,
+)
 from .entropy import EntropyFeedback
 from .forward import ForwardMixin
-from .generation import Generation
-from .launch import requested_engine
-from .loss import OwnLoss
+from .generation import (
+    Generation,
+    answer_metrics,
+    per_batch_metrics,
+    replay_extra_logs,
+    replay_rollout,
+    restore_per_batch_metrics,
+    take_extra_logs,
+)
+from .loss import LossStep, eval_denominator, own_loss
 from .process import ProcessFeedback
-from .publishing import Publisher, merge_refusal
+from .publishing import Publisher
 from .reference_kl import ReferenceKL
 from .reporting import RegistrationToTrackers, SummaryTable
 from .rollout import DynamicSampler
-from .rows import Replay, RoundData, combined_rewards, loss_mask
+from .rows import Replay, RoundData, combined_rewards, loss_mask, with_extra_fields
 from .run_state import (
     RunStateCallback,
     load_round_in_flight,
@@ -48,23 +61,21 @@ from .run_state import (
     saved_run_state,
     upgrade_run_state,
 )
+from .sampling_plan import SamplingCalls, SamplingPlan
 from .step import (
     RatioNoise,
     TokenCounters,
+    close_step,
+    entropy_sums,
+    log_eval_loss_stats,
     log_loss_stats,
     log_round,
     log_totals,
-    rank_clip_fractions,
+    replace_last,
     resample_sampling_metrics,
+    rescale_gradients,
 )
 from .validation import ValidationCallback
-
-_GRPO_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
-
-
-def _default_args(model: Any) -> LooGspoConfig:
-    name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", None) or type(model).__name__
-    return LooGspoConfig(f"{str(name).rstrip('/').split('/')[-1]}-LooGspo")
 
 
 class LooGspoTrainer(ForwardMixin, GRPOTrainer):
@@ -90,28 +101,13 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
     data_source: dict | None = None  # dataset name/revision/split, recorded at registration (set by the CLI)
     _replay: Replay | None = None  # set while TRL passes over a batch dynamic sampling made (this module only)
     _scored: list | None = None  # set while TRL's own pass scores a batch (this module only)
+    _round_layout: int | None = None  # answers per prompt of a sampling round's generation call (this module only)
     generation: Generation | None = None  # None only on a trainer built without __init__ (TRL's own tests do)
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: LooGspoConfig | None = None, *rest, **kwargs):
-        if args is None:
-            args = _default_args(model)
-        elif not isinstance(args, LooGspoConfig):
-            kind = "a trl.GRPOConfig" if isinstance(args, GRPOConfig) else f"a {type(args).__name__}"
-            raise TypeError(
-                f"LooGspoTrainer needs args=LooGspoConfig(...), got {kind}. LooGspoConfig subclasses GRPOConfig and "
-                "takes the same arguments: replace `GRPOConfig(` with `LooGspoConfig(` (from trl_loo_gspo)."
-            )
-        given = _GRPO_SIGNATURE.bind_partial(None, model, reward_funcs, args, *rest, **kwargs).arguments
-        # before the model is loaded; an environment may own the prompts (its reset() returns them), as TRL allows
-        prompts = given.get("environment_factory") is None
-        check_dataset(given.get("train_dataset"), "train_dataset", require_rows=True, require_prompt=prompts)
-        check_dataset(given.get("eval_dataset"), "eval_dataset", require_rows=False, require_prompt=prompts)
-        # before Trainer.__init__, which creates the Hub repository: a refused run leaves nothing on the Hub
-        lora = given.get("peft_config") is not None or (not isinstance(model, str) and is_peft_model(model))
-        refusal = merge_refusal(args.hub_merge_adapter, lora, requested_engine(os.environ, args) is not None)
-        if refusal is not None:
-            raise ValueError(refusal)
-        super().__init__(model, reward_funcs, args, *rest, **kwargs)
+        args = checked_construction(model, reward_funcs, args, rest, kwargs)  # before the model is loaded
+        with args.resolved_for_trl():  # TRL's constructor checks the objective that trains, not the unset fields
+            super().__init__(model, reward_funcs, args, *rest, **kwargs)
         # The objective, resolved once: TRL's __init__ read the user's fields (None = unset); the attributes TRL's
         # hooks read are set from the resolved objective, which the loss, the card and the logs read too (epsilon_high
         # below, with entropy feedback's k).
@@ -120,20 +116,30 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         self.importance_sampling_level, self.epsilon_low = objective.importance_sampling_level, objective.epsilon_low
         check_launch(self)
         check_runtime_support(self)
-        self.checks = RewardChecks(self)
+        self.checks = RewardChecks(len(self.reward_funcs))
         self.publisher = Publisher(self)
         self.publisher.check_merge_support()
-        self.generation = Generation(self)
+        self.generation = Generation(self.accelerator)
         self.run_plan = RunPlan.resolve(args)  # the stopping rules; again with the budget callbacks in train()
+        calls = SamplingCalls(
+            self._generate_and_score,
+            lambda: self.run_plan.tokens_left(self.counters.generated),
+            self.generation.peek_generated_tokens,
+            lambda rewards_per_func: combined_rewards(rewards_per_func, self.reward_weights),
+            lambda: self.state.global_step,
+        )
         self.sampler = DynamicSampler(
-            self, self.generation, lambda: self.run_plan.tokens_left(self.counters.generated)
+            SamplingPlan.from_args(args, self.num_generations),
+            calls,
+            self.train_dataset,
+            self.accelerator,
+            self.environment_factories is not None,
         )
         self.process_feedback = ProcessFeedback(args, list(self.reward_funcs), self.processing_class, self.accelerator)
         self.reference_kl = ReferenceKL(args, self.beta, self.model, self.accelerator)
         self.entropy_feedback = EntropyFeedback(args)
         self.epsilon_high = self.entropy_feedback.epsilon_high(self.objective.epsilon_high)
         self.counters = TokenCounters()
-        self.own_loss = OwnLoss(self)
         self._accounting = StepAccounting(args.steps_per_generation, self.num_iterations, self.accelerator.device)
         self._generation_time = 0.0  # cumulative seconds spent in generation + scoring
         self.ratio_noise = RatioNoise(self.accelerator)
@@ -145,15 +151,55 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
     # ------------------------------------------------------------------ generation (§3.1)
     def _generate(self, prompts: list):
         if self._replay is not None:  # TRL's pass over a batch dynamic sampling already made
-            return self.generation.replayed_generation(prompts, self._replay)
-        if self.generation is None:
-            return super()._generate(prompts)
-        return self.generation.generate_counted(prompts)
+            return self._replayed_generation(prompts, self._replay)
+        output = super()._generate(prompts)
+        if self.generation is not None:
+            self.generation.count(output)
+        return output
+
+    def _replayed_generation(self, prompts: list, replay: Replay) -> tuple:
+        """TRL's ``_generate`` over the answers already made, for its per-batch generation metrics: the one place a
+        TRL attribute is swapped (``rollout_func`` hands the answers back, ``tools`` off so nothing runs again; every
+        row, since TRL's gathers need the same row count on every rank). The figures are then redone over the answers
+        when the batch has padding rows."""
+        seen = self.state.num_input_tokens_seen
+        saved, (self.rollout_func, self.tools) = (
+            (self.rollout_func, self.tools),
+            (replay_rollout(replay.generation), None),
+        )
+        try:
+            super()._generate(prompts)
+        finally:
+            self.rollout_func, self.tools = saved
+        if bool(replay.round.padding.any()):  # the same on every rank
+            tokens, figures = self.generation.answer_figures(
+                replay, {*self.eos_token_ids, self._tokenizer.pad_token_id}
+            )
+            self.state.num_input_tokens_seen = seen + tokens
+            answer_metrics(self._metrics["train"], self.state.num_input_tokens_seen, figures)
+        return replay.generation
+
+    def _generate_and_score(self, rows: list[dict], answers_per_prompt: int) -> tuple:
+        """One sampling round's call for this rank's ``rows`` (the sampler's :class:`SamplingCalls`): generated with
+        each prompt ``answers_per_prompt`` times in a row, then scored. TRL's per-batch generation metrics and token
+        count of the call are rolled back (the trained batch logs its own)."""
+        prompts = [row["prompt"] for row in rows]
+        metrics = self._metrics["train"]
+        saved = per_batch_metrics(metrics), self.state.num_input_tokens_seen
+        self._round_layout = answers_per_prompt  # read by _generate_single_turn and answers_per_prompt
+        try:
+            generation = self._generate(prompts)
+        finally:
+            self._round_layout = None
+            restore_per_batch_metrics(metrics, saved[0])
+            self.state.num_input_tokens_seen = saved[1]
+        inputs = with_extra_fields(rows, generation[5])
+        rewards_per_func, signals = self._score(inputs, prompts, generation[3], generation[1])
+        return generation, rewards_per_func, signals, take_extra_logs(self._pending_extra_logs, len(generation[1]))
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
-        layout = None if self.generation is None else self.generation.round_layout
-        if layout is not None and num_generations == self.num_generations:
-            num_generations = layout  # a sampling round's main call (a tool loop's later calls pass 1)
+        if self._round_layout is not None and num_generations == self.num_generations:
+            num_generations = self._round_layout  # a sampling round's main call (a tool loop's later calls pass 1)
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
 
     @property
@@ -161,8 +207,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         """Answers per prompt of the generation call in progress, for rollout functions and backends: each prompt
         appears this many times in a row. ``num_generations``, except in a dynamic-sampling round: the probe size,
         or 1 for continuations (one row per answer, prompts with different counts)."""
-        layout = None if self.generation is None else self.generation.round_layout
-        return self.num_generations if layout is None else layout
+        return self.num_generations if self._round_layout is None else self._round_layout
 
     # ------------------------------------------------------------------ rewards (§2.1)
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -176,9 +221,13 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
     def _score(self, inputs, prompts, completions, completion_ids_list) -> tuple[torch.Tensor, list | None]:
         """TRL's reward call, checked: the gathered rewards (NaN = unscorable) and the §6 span entries of every
         row of all ranks (``None`` when process feedback is off)."""
-        with self.checks.checked_reward_funcs() as outputs:  # outputs checked, naming the function; kept per call
+        outputs = RewardOutputs()  # this call's verifier outputs, checked and named per function
+        saved, self.reward_funcs = self.reward_funcs, self.checks.checked(self.reward_funcs, outputs)  # for TRL's loop
+        try:
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self.checks.check_rewards(rewards_per_func)
+        finally:
+            self.reward_funcs = saved
+        self.checks.check_rewards(rewards_per_func, self.reward_func_names)
         return rewards_per_func, self.process_feedback.collect_signals(outputs, len(completions))
 
     # ------------------------------------------------------------------ advantages and filtering (§2.2, §3.1, §6)
@@ -186,8 +235,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         start = time.perf_counter()
         mode = "train" if self.model.training else "eval"
         if mode == "train" and self.args.dynamic_sampling:
-            final_inputs, replay = self.sampler.sample(inputs)  # the rounds: generated and scored once
-            self.generation.replay_extra_logs(replay)
+            final_inputs, replay = self.sampler.sample(inputs, self._metrics[mode])  # generated and scored once
+            replay_extra_logs(self._pending_extra_logs, replay)
             self._replay = replay
             try:
                 with self._forward_rows(skip=replay.local_padding):  # no old/reference pass for padding rows
@@ -220,10 +269,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             # §2.2 advantages over the gathered rewards and per-row group ids (stop-gradient)
             all_advantages = ADVANTAGE_ESTIMATORS[self.objective.advantage_estimator](rewards, group_ids)
             output["advantages"] = all_advantages[first : first + local_rows].to(output["advantages"].dtype)
-            logged = self._logs["advantages"]  # a bounded deque: replace the entries TRL just appended
-            for _ in range(min(all_advantages.numel(), len(logged))):
-                logged.pop()
-            logged.extend(all_advantages.tolist())
+            replace_last(self._logs["advantages"], all_advantages.tolist())  # the entries TRL just appended
         metrics = self._metrics[mode]
         self.process_feedback.token_advantages(output, rewards, round_data, metrics, mode == "train")  # §6
         self._log_round(mode, output, round_data, rewards, all_advantages)
@@ -292,24 +338,18 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
 
     def _finish_optimizer_step(self, model, loss: torch.Tensor) -> torch.Tensor:
         """Close an optimizer step: the exact correction if needed, then the step's metrics (two all-reduces)."""
-        step = self._accounting
-        stats = self.accelerator.reduce(step.stats, reduction="sum")
-        metrics = self._metrics["train"]
-        column = self._count_column()
-        if column is not None:
-            local = torch.cat([step.extrema, rank_clip_fractions(step.stats)])
-            extrema = self.accelerator.reduce(local, reduction="max")
-            true_denominator = max(float(stats[IDX["tokens" if column == 0 else "answers"]]), 1.0)
-            factor = step.correction(true_denominator)
-            if factor != 1.0:  # only when the step spanned generation rounds
-                # §3.3 exact denominator: rescale the gradients (linear) before clipping
-                for param in model.parameters():
-                    if param.grad is not None:
-                        param.grad.mul_(factor)
-                # The Trainer adds each micro-batch's returned loss to its running total: correct the step's sum.
-                loss = loss + (factor - 1.0) * step.loss_sum
-            log_loss_stats(metrics, stats, extrema, self.beta != 0.0, self.objective.log_ratio_clamp is not None)
-            metrics["tokens/loss_denominator"].append(true_denominator)
+        step, metrics = self._accounting, self._metrics["train"]
+        closed = close_step(step, self.accelerator.reduce, self._count_column())
+        stats = closed.stats
+        if closed.factor != 1.0:  # only when the step spanned generation rounds
+            # §3.3 exact denominator: rescale the gradients (linear) before clipping
+            rescale_gradients(model, closed.factor)
+            # The Trainer adds each micro-batch's returned loss to its running total: correct the step's sum.
+            loss = loss + (closed.factor - 1.0) * step.loss_sum
+        if closed.denominator is not None:
+            guard = self.objective.log_ratio_clamp is not None
+            log_loss_stats(metrics, stats, closed.extrema, self.beta != 0.0, guard)
+            metrics["tokens/loss_denominator"].append(closed.denominator)
         if step.noise:  # the step's micro-batches of a round generated with these weights (every process alike)
             self.ratio_noise.log(metrics, step.noise, self.epsilon_low, self.epsilon_high, self.state.global_step)
         elif step.noise_exact:  # no old-log-prob pass: 0 by construction, over the step's (reduced) answers
@@ -327,7 +367,51 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
     # ------------------------------------------------------------------ loss (§3.2, §3.3)
     def _compute_loss(self, model, inputs):
         with self._forward_rows(skip=inputs.get("padding_rows")):  # padding rows get no forward pass
-            return self.own_loss(model, inputs) if self.objective.uses_own_loss else self._trl_loss(model, inputs)
+            return self._own_loss(model, inputs) if self.objective.uses_own_loss else self._trl_loss(model, inputs)
+
+    def _own_loss(self, model, inputs):
+        """Our loss: :func:`own_loss` of the micro-batch's :class:`LossStep`; the step's accounting records it."""
+        training = self.model.training
+        per_token_logps, entropies, aux_loss = self._policy_logps(model, inputs)
+        fresh = training and fresh_round(int(inputs.get("round_step", -1)), self.state.global_step)
+        out = own_loss(self._loss_step(inputs, per_token_logps, entropies, training, fresh))
+        loss = out.loss
+        if self.aux_loss_enabled:
+            normalizer = self.current_gradient_accumulation_steps if training else 1.0
+            loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
+            self._metrics["train" if training else "eval"]["aux_loss"].append(
+                self.accelerator.gather(aux_loss.detach()).mean().item()
+            )
+        if training:
+            self._accounting.add(out.stats, out.extrema)
+            if fresh:  # same weights as the old-log-prob pass (none without that pass: noise 0 by construction)
+                self._accounting.add_noise(out.noise)
+        else:
+            kl, guard = self.beta != 0.0, self.objective.log_ratio_clamp is not None
+            log_eval_loss_stats(self._metrics["eval"], out.stats, out.extrema, self.accelerator, kl, guard)
+        return loss
+
+    def _loss_step(self, inputs, per_token_logps, entropies, training: bool, fresh: bool) -> LossStep:
+        """The one place the loss's value is built: the objective, the current clip range, β, the step's global
+        denominator (training) or the batch's (evaluation), the world size and the batch."""
+        column = self._count_column()
+        reduce_sum = lambda counts: self.accelerator.reduce(counts, reduction="sum")  # noqa: E731
+        return LossStep.of_batch(
+            inputs,
+            per_token_logps,
+            entropies,
+            vllm_weights=self.use_vllm and self.vllm_importance_sampling_correction,
+            policy_loss=self.objective.policy_loss,
+            loss_aggregation=self.objective.loss_aggregation,
+            clip=ClipRange(self.epsilon_low, self.epsilon_high, self.objective.log_ratio_clamp),
+            beta=self.beta,
+            bias_correction_kl=self.args.use_bias_correction_kl,
+            denominator=self._accounting.denominator
+            if training
+            else eval_denominator(loss_mask(inputs), reduce_sum, column),
+            world_size=self.accelerator.num_processes,
+            measure_noise=fresh and inputs.get("old_per_token_logps") is not None,
+        )
 
     def _trl_loss(self, model, inputs):
         """TRL computes the loss (``super()._compute_loss``); with entropy feedback, the step's token entropy sums
@@ -336,11 +420,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         with self._forward_rows(skip=inputs.get("padding_rows"), entropies=captured):
             loss = super()._compute_loss(model, inputs)
         if captured:
-            mask = loss_mask(inputs).to(torch.float64)
-            stats = torch.zeros(len(SUM_STATS), dtype=torch.float64, device=mask.device)
-            stats[IDX["tokens"]] = mask.sum()
-            stats[IDX["entropy_sum"]] = (captured[-1].to(torch.float64) * mask).sum()
-            self._accounting.add(stats)
+            self._accounting.add(entropy_sums(loss_mask(inputs), captured[-1]))
         return loss
 
     # ------------------------------------------------------------------ run state (checkpoints)
@@ -449,4 +529,9 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
 
     def nothing_trained(self) -> str | None:
         """Why this run moved the policy on no answer, or ``None`` when some answer carried a weight."""
-        return self.checks.nothing_trained(self.counters.effective, self.sampler.sampling_counters["padded_rows"])
+        padded = self.sampler.sampling_counters["padded_rows"]
+        history = self.state.log_history
+        names = self.reward_func_names
+        return self.checks.nothing_trained(
+            self.args, names, self.state.global_step, history, self.counters.effective, padded
+        )
