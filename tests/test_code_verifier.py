@@ -378,7 +378,8 @@ def f(x):
 @pytest.mark.slow
 def test_always_equal_is_flagged(verifier):
     code = "class Any:\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return Any()\n"
-    # a known residual risk of in-process asserts: documented, and caught by the hack detector instead
+    # the judge compares plain data it rebuilt, so the forged equality earns nothing; the detector logs the attempt
+    assert verifier.verify(fenced(code), tests=TESTS).score == 0.0
     assert verifier.hack_score(fenced(code), tests=TESTS) >= 0.5
 
 

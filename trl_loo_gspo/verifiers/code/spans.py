@@ -12,10 +12,9 @@ from .hacks import EXIT_CALLS, call_name, hardcoded_output, string_literals, tre
 
 _FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 _FUNCTION_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
-#: Signals that compromise every in-process assert, wherever they occur in the program.
-_GLOBAL_SIGNALS = frozenset(
-    {"harness", "always_equal", "frame_access", "builtin_shadowing", "mock_any", "dynamic_code", "unanalysable"}
-)
+#: Attempts that flag every function span, wherever in the program they occur: a patch, a forged equality or a
+#: frame walk is an attempt of the whole program, not of the function that happens to hold it.
+_GLOBAL_SIGNALS = frozenset({"harness", "always_equal", "frame_access", "mock_any", "unanalysable"})
 _NOT_LITERAL = object()
 _LINE_REST = re.compile(r"[ \t;]*#[^\r\n]*")
 

@@ -1,4 +1,5 @@
-"""Family ``always_equal``: comparisons that answer the same whatever they are compared with.
+"""Family ``always_equal``: forging an equality — comparisons that answer the same whatever they are compared with
+(the judge compares plain data it rebuilt itself, so a returned object of the program is never compared).
 
 A comparison dunder (``__eq__``, ``__ne__``, ``__lt__``, ``__le__``, ``__gt__``, ``__ge__``, ``__contains__``,
 ``__bool__``) whose result does not depend on its other argument, wherever it is defined (``def`` in a class,
@@ -27,9 +28,6 @@ def detect(tree: ast.AST | None, source: str | None, ctx: ScanContext) -> set[st
 
 def _always_equal(ctx: ScanContext) -> bool:
     handled: set[int] = set()  # ids of dunder definitions and of string constants already judged in context
-    for key in ctx.namespace_keys():
-        if str_constant(key) in COMPARE_DUNDERS:  # globals()["__eq__"] = ...
-            return True
     for name, args in ctx.dynamic_attributes():
         attr = str_constant(args[1])
         if attr is None:

@@ -1,6 +1,6 @@
-"""What the detectors of one analysis share (:class:`ScanContext`): the tree, the program text, the row, and facts
-computed once on first use — nodes by type, docstrings, functions, module aliases, dynamic attribute access and
-writes into the program's namespace."""
+"""What the detectors of one analysis share (:class:`ScanContext`): the tree, the program text, the row's io cases,
+and facts computed once on first use — nodes by type, docstrings, functions, module aliases and dynamic attribute
+access."""
 
 from __future__ import annotations
 
@@ -12,19 +12,16 @@ from .helpers import (
     CHAIN_LIMIT,
     DUNDER_ATTR_CALLS,
     KNOWN_MODULES,
-    NS_MUTATORS,
     TAMPER_MODULES,
     call_name,
     index_nodes,
     str_constant,
 )
 
-__all__ = ["COMPUTED", "IMPORT_CALLS", "ScanContext", "builtin_call", "first_argument", "import_call"]
+__all__ = ["IMPORT_CALLS", "ScanContext", "first_argument", "import_call"]
 
 #: Calls whose literal first argument names a module that is then imported or run.
 IMPORT_CALLS = ("__import__", "import_module", "reload", "find_spec", "run_module", "run_path")
-#: Marks a write into the program's namespace under a computed name (``globals()[name] = ...``).
-COMPUTED = None
 
 
 class ScanContext:
@@ -33,8 +30,7 @@ class ScanContext:
     Args:
         tree: the parsed program (``None`` when it does not parse; any other object is analysed as an empty tree).
         source: the program text, when known (source-level detectors need it).
-        tests, io_cases: the row's columns; ``row_given``: whether the row was given at all.
-        depth: how deep in code given literally to ``exec``/``eval``/``compile`` this program is (0: the program).
+        io_cases: the row's io cases (``hardcoded_output`` reads them).
 
     The facts are computed on first use; when the tree is too large or malformed to analyse, reading them raises
     (every time), and each detector that reads them reports ``unanalysable``.
@@ -45,13 +41,9 @@ class ScanContext:
         tree: Any,
         source: str | None = None,
         *,
-        tests: list[str] | None = None,
         io_cases: list[dict[str, Any]] | None = None,
-        row_given: bool = False,
-        depth: int = 0,
     ) -> None:
-        self.tree, self.source, self.depth = tree, source, depth
-        self.tests, self.io_cases, self.row_given = tests, io_cases, row_given
+        self.tree, self.source, self.io_cases = tree, source, io_cases
         self._memo: dict[str, Any] = {}
         self._failure: BaseException | None = None
 
@@ -88,11 +80,6 @@ class ScanContext:
         """Names whose attributes must not be written (tampering): imported modules and their aliases."""
         return self._facts()["imported"]
 
-    @property
-    def namespaces(self) -> set[str]:
-        """Names bound to ``globals()``/``vars()``/``locals()``."""
-        return self._facts()["namespaces"]
-
     def _facts(self) -> dict[str, Any]:
         if self._failure is not None:
             raise self._failure
@@ -107,7 +94,7 @@ class ScanContext:
     def _compute_facts(self) -> dict[str, Any]:
         by_type = index_nodes(self.tree)
         facts: dict[str, Any] = {"by_type": by_type, "docstrings": set(), "functions": {}}
-        facts.update(modules={name: name for name in KNOWN_MODULES}, imported=set(TAMPER_MODULES), namespaces=set())
+        facts.update(modules={name: name for name in KNOWN_MODULES}, imported=set(TAMPER_MODULES))
 
         def get(*types: type) -> list[Any]:
             return [n for t in types for n in by_type.get(t, ())]
@@ -145,8 +132,7 @@ class ScanContext:
                 facts["modules"][alias.asname or alias.name] = f"{node.module or ''}.{alias.name}"
 
     def _bind_aliases(self, assigns: list[ast.Assign], facts: dict[str, Any]) -> None:
-        """``m = sys``, ``d = builtins.__dict__``, ``g = globals()``: aliases of modules and namespaces (and aliases
-        of aliases, two rounds)."""
+        """``m = sys``, ``d = builtins.__dict__``: aliases of modules (and aliases of aliases, two rounds)."""
         candidates = [
             node
             for node in assigns
@@ -154,19 +140,16 @@ class ScanContext:
             and isinstance(node.targets[0], ast.Name)
             and isinstance(node.value, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
         ]
-        modules, namespaces = facts["modules"], facts["namespaces"]
+        modules = facts["modules"]
         for _ in range(2):
-            known = len(modules) + len(namespaces)
+            known = len(modules)
             for node in candidates:
                 name = node.targets[0].id
                 module = self._resolve_with(modules, node.value)
                 if module is not None:
                     modules[name] = module
                     facts["imported"].add(name)
-                elif isinstance(node.value, ast.Call) and call_name(node.value) in ("globals", "vars", "locals"):
-                    if isinstance(node.value.func, ast.Name) and not node.value.args:
-                        namespaces.add(name)
-            if len(modules) + len(namespaces) == known:
+            if len(modules) == known:
                 break
 
     # -- resolving expressions ---------------------------------------------------------------------------------
@@ -202,17 +185,6 @@ class ScanContext:
         if base is None:
             return None
         return ".".join([base, *reversed(attrs)])
-
-    def is_namespace(self, node: ast.AST) -> bool:
-        """``globals()``, ``vars()``, ``locals()`` (no argument) or a name bound to one of them."""
-        if isinstance(node, ast.Name):
-            return node.id in self.namespaces
-        return (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("globals", "vars", "locals")
-            and not node.args
-        )
 
     def tampered_module(self, container: ast.AST) -> str | None:
         """The module whose namespace writing into ``container`` (an attribute's or item's owner) changes."""
@@ -282,50 +254,6 @@ class ScanContext:
                 elif len(args) >= 2:  # unbound: object.__setattr__(x, "a", v)
                     found.append((DUNDER_ATTR_CALLS[name], args))
         return found
-
-    def namespace_keys(self) -> list[ast.AST | None]:
-        """The keys written into the program's own namespace — ``globals()[k] = ...``, ``globals().update({k: ...})``,
-        ``globals().setdefault(k, ...)``, ``sys.modules["__main__"].__dict__[k] = ...`` — as the key expressions;
-        :data:`COMPUTED` for writes whose keys cannot be listed (``globals().update(d)``, ``**kwargs``)."""
-        return self.cached("namespace_keys", self._namespace_keys)
-
-    def _namespace_keys(self) -> list[ast.AST | None]:
-        keys: list[ast.AST | None] = []
-        for node in self.nodes(ast.Subscript):
-            if not isinstance(node.ctx, (ast.Store, ast.Del)):
-                continue
-            if self.is_namespace(node.value):
-                keys.append(node.slice)
-            else:
-                module = self.tampered_module(node.value)
-                if module is not None and module.split(".")[0] == "__main__":
-                    keys.append(node.slice)
-        for node in self.namespace_updates():
-            method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
-            keys += [COMPUTED for keyword in node.keywords if keyword.arg is None]
-            if method in ("setdefault", "__setitem__") and node.args:
-                keys.append(node.args[0])
-            elif method == "update" and node.args:
-                keys += node.args[0].keys if isinstance(node.args[0], ast.Dict) else [COMPUTED]
-        return keys
-
-    def namespace_updates(self) -> list[ast.Call]:
-        """Calls of a dict-mutating method on the program's namespace (``globals().update(...)``, ...)."""
-        return [
-            node
-            for node in self.nodes(ast.Call)
-            if isinstance(node.func, ast.Attribute)
-            and node.func.attr in NS_MUTATORS
-            and self.is_namespace(node.func.value)
-        ]
-
-
-def builtin_call(ctx: ScanContext, node: ast.Call) -> bool:
-    """Whether the call's function is a plain name (``exec(...)``) or an attribute of ``builtins``."""
-    func = node.func
-    return isinstance(func, ast.Name) or (
-        isinstance(func, ast.Attribute) and (ctx.resolve(func.value) or "").split(".")[0] == "builtins"
-    )
 
 
 def first_argument(node: ast.Call) -> ast.AST | None:

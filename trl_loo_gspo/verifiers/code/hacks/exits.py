@@ -1,5 +1,6 @@
 """Family ``early_exit``: a module-level ``sys.exit``/``os._exit``/``exit``/``quit``/``os.kill``/``os.abort`` (not
-inside a function, a class or an ``if``): the program ends before the tests run."""
+inside a function, a class or an ``if``): an attempt to end the run before the tests report (the judge reads a
+run that ends without its report as a failure)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""Family ``frame_access``: reaching other frames, tracebacks or the harness's objects.
+"""Family ``frame_access``: introspection to reach the test or the harness (other frames, tracebacks, the object
+graph); in the sandbox the test runs in another process, so the walk finds only the program's own runner.
 
 ``sys._getframe``, ``sys._current_frames``, ``inspect.currentframe``/``stack``/``trace``/..., frame, traceback and
 generator attributes (``f_back``, ``f_globals``, ``tb_frame``, ``gi_frame``, ``__traceback__``, ``__globals__``,
 ``__subclasses__``, ...) read, written or named by a string, ``sys.exc_info``/``sys.exception``/
 ``sys.last_traceback``, ``traceback.walk_stack``/``walk_tb``, ``gc.get_objects``/..., ``sys.modules``, importing
-``__main__``, and mutating ``globals()``/``vars()``/``locals()``.
+``__main__``.
 """
 
 from __future__ import annotations
@@ -39,17 +40,11 @@ def _reaches_frames(ctx: ScanContext) -> bool:
                 return True
             if owner == "inspect" and node.attr in INSPECT_FRAME_ATTRS:
                 return True
-    for node in ctx.nodes(ast.Subscript):
-        if isinstance(node.ctx, (ast.Store, ast.Del)) and ctx.is_namespace(node.value):
-            return True
-    if any(call_name(node) in FRAME_NAMES for node in ctx.nodes(ast.Call)) or ctx.namespace_updates():
+    if any(call_name(node) in FRAME_NAMES for node in ctx.nodes(ast.Call)):
         return True
     for _, args in ctx.dynamic_attributes():
         owner, attr = args[0], str_constant(args[1])
-        if attr is None:
-            if ctx.is_namespace(owner):
-                return True
-        elif attr in FRAME_NAMES or (attr in SYS_FRAME_ATTRS and ctx.resolve(owner) == "sys"):
+        if attr in FRAME_NAMES or (attr in SYS_FRAME_ATTRS and ctx.resolve(owner) == "sys"):
             return True
     docstrings = ctx.docstrings
     return any(

@@ -1,32 +1,26 @@
-"""Family ``harness``: tampering with the test harness or the interpreter.
+"""Family ``harness``: an attempt to patch the interpreter or the harness (the judge's builtins and modules live in
+another process, so it changes nothing there).
 
 Writing attributes or items of ``builtins``/``__builtins__``/``sys``/``os`` or of any imported module (also through
 aliases, ``__import__``, ``sys.modules[...]``, ``M.__dict__[...]``, ``vars(M)[...]``, ``setattr``/``delattr``/
-``__setattr__``, dict methods), any use of the name ``__builtins__``, frame/object-graph/tracing calls
-(``sys._getframe``, ``gc.get_objects``, ``sys.settrace``, ``sys.addaudithook``, ...), import hooks and monitoring
-(``sys.meta_path``, ``sys.path_hooks``, ``sys.monitoring``) and importing ``ctypes``, ``inspect``, ``gc``, ``signal``,
-``atexit``, .... A program that does not parse is searched for the usual tell-tales instead.
+``__setattr__``, dict methods), any use of the name ``__builtins__``, tracing and audit hooks (``sys.settrace``,
+``sys.setprofile``, ``sys.addaudithook``, ...), import hooks and monitoring (``sys.meta_path``, ``sys.path_hooks``,
+``sys.monitoring``) and importing ``ctypes``, ``_thread``, ``signal`` or ``atexit``.
 """
 
 from __future__ import annotations
 
 import ast
-import re
 
 from .context import ScanContext
 from .helpers import NS_MUTATORS, SYS_HOOK_ATTRS, TAMPER_CALLS, call_name, module_signals, str_constant
 from .registry import register_detector
 
-#: When the program does not parse: the words of the first detector, plus the later families' tell-tales.
-_FALLBACK = re.compile(r"builtins|sys\.exit|os\._exit|_getframe|ctypes|unittest\.mock|f_back|__traceback__")
-
 
 @register_detector("harness")
 def detect(tree: ast.AST | None, source: str | None, ctx: ScanContext) -> set[str]:
-    """``{"harness"}`` when the program tampers with the harness or the interpreter (module docstring)."""
-    if tree is None:
-        return {"harness"} if source is not None and _FALLBACK.search(source) else set()
-    return {"harness"} if _tampers(ctx) else set()
+    """``{"harness"}`` when the program patches the interpreter or the harness (module docstring)."""
+    return {"harness"} if tree is not None and _tampers(ctx) else set()
 
 
 def _tampers(ctx: ScanContext) -> bool:
@@ -44,15 +38,14 @@ def _tampers(ctx: ScanContext) -> bool:
         if isinstance(node.ctx, (ast.Store, ast.Del)) and ctx.tampered_module(node.value) is not None:
             return True
     for node in ctx.nodes(ast.Subscript):
-        if isinstance(node.ctx, (ast.Store, ast.Del)) and not ctx.is_namespace(node.value):
-            if ctx.tampered_module(node.value) is not None:
-                return True
+        if isinstance(node.ctx, (ast.Store, ast.Del)) and ctx.tampered_module(node.value) is not None:
+            return True
     for node in ctx.nodes(ast.Call):
         if call_name(node) in TAMPER_CALLS:
             return True
         func = node.func
-        if isinstance(func, ast.Attribute) and func.attr in NS_MUTATORS and func.attr != "pop":
-            if not ctx.is_namespace(func.value) and ctx.tampered_module(func.value) is not None:
+        if isinstance(func, ast.Attribute) and func.attr in NS_MUTATORS:
+            if ctx.tampered_module(func.value) is not None:
                 return True
     for name, args in ctx.dynamic_attributes():
         owner, attr = args[0], str_constant(args[1])

@@ -6,7 +6,6 @@ Every walk here is iterative (a 100 000-level tree cannot overflow the stack) an
 from __future__ import annotations
 
 import ast
-import builtins
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -20,14 +19,10 @@ def normalize_output(text: str) -> str:
 
 #: Modules whose attributes and items must not be written (besides every module the program imports).
 TAMPER_MODULES = {"builtins", "__builtins__", "sys", "os"}
-#: Calls that reach the interpreter's frames, object graph or tracing hooks.
+#: Calls that install tracing, profiling or audit hooks in the interpreter (frame walks are ``frame_access``).
 TAMPER_CALLS = {
-    "_getframe",
-    "get_objects",
     "settrace",
     "setprofile",
-    "get_referrers",
-    "get_referents",
     "addaudithook",
     "settrace_all_threads",
     "setprofile_all_threads",
@@ -40,8 +35,6 @@ EXIT_CALLS = {"exit", "_exit", "quit", "kill", "abort", "killpg"}
 MODULE_SIGNALS = {
     "ctypes": "harness",
     "_ctypes": "harness",
-    "inspect": "harness",
-    "gc": "harness",
     "_thread": "harness",
     "signal": "harness",
     "atexit": "harness",
@@ -82,26 +75,14 @@ FRAME_NAMES = {
 SYS_FRAME_ATTRS = {"modules", "exception", "last_value", "last_type", "last_exc"}
 SYS_HOOK_ATTRS = {"meta_path", "path_hooks", "path_importer_cache", "monitoring", "addaudithook", "settrace"}
 INSPECT_FRAME_ATTRS = {"stack", "trace", "getouterframes", "getinnerframes", "getframeinfo", "currentframe"}
-UNPICKLERS = {"pickle", "_pickle", "marshal", "dill", "cloudpickle", "shelve"}
-#: Modules whose attributes are looked up dynamically only to hide something.
-SENSITIVE_MODULES = {"sys", "os", "builtins", "__builtins__", "gc", "inspect", "unittest", "__main__", "importlib"}
 #: Names resolved as modules even when the program does not import them.
-KNOWN_MODULES = SENSITIVE_MODULES | {"traceback", "threading", "runpy", *UNPICKLERS}
+KNOWN_MODULES = {"sys", "os", "builtins", "__builtins__", "gc", "inspect", "unittest", "__main__", "importlib"}
+KNOWN_MODULES |= {"traceback", "threading"}
 DUNDER_ATTR_CALLS = {"__setattr__": "setattr", "__delattr__": "delattr", "__getattribute__": "getattr"}
-#: Methods that change a namespace dict (``globals().update(...)``, ``sys.__dict__.pop(...)``).
-NS_MUTATORS = {"update", "setdefault", "__setitem__", "__delitem__", "pop", "popitem", "clear"}
+#: Methods that change a module's dict in place (``sys.__dict__.update(...)``, ``vars(builtins).setdefault(...)``).
+NS_MUTATORS = {"update", "setdefault", "__setitem__", "__delitem__", "popitem", "clear"}
 
 COMPARE_DUNDERS = {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__contains__", "__bool__"}
-
-BUILTIN_NAMES = frozenset(
-    {n for n in dir(builtins) if not n.startswith("_")}
-    | {"aiter", "anext", "EncodingWarning", "ExceptionGroup", "BaseExceptionGroup", "PythonFinalizationError"}
-    | {"__import__", "__build_class__"}
-) - {"True", "False", "None"}
-#: Rebinding these at module level is a common io idiom (``input = sys.stdin.readline``) and fools no assert.
-REBINDABLE = frozenset({"input", "print", "exit", "quit", "help", "copyright", "credits", "license"})
-#: Built-in names whose rebinding a test would see.
-SHADOWABLE = BUILTIN_NAMES - REBINDABLE
 
 NODE_BUDGET = 3_000_000
 #: The longest attribute/subscript chain followed when resolving an expression.
