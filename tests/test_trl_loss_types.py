@@ -207,3 +207,28 @@ def test_trls_constructor_checks_the_resolved_objective(tmp_path, monkeypatch, c
     assert ("`importance_sampling_level` should be set to `'token'`" in said) is not resolved
     assert args.importance_sampling_level is None  # the user's field is kept
     assert trainer.importance_sampling_level == "token" and trainer.loss_type == "vespo"
+
+
+@pytest.mark.parametrize("loss_type", [None, "dapo"])
+def test_every_batch_key_we_add_is_read_by_the_loss_that_trains(tmp_path, loss_type):
+    """``round_step`` rides in the batch only where our loss reads it (the first update of a round); with TRL's loss
+    it would ride unread."""
+    seen: list[set] = []
+
+    class Recording(LooGspoTrainer):
+        def _compute_loss(self, model, inputs):
+            seen.append(set(inputs))
+            return super()._compute_loss(model, inputs)
+
+    model, tokenizer = make_model_and_tokenizer()
+    overrides = {} if loss_type is None else {"loss_type": loss_type}
+    trainer = Recording(
+        model=model,
+        reward_funcs=[controlled_reward],
+        args=LooGspoConfig(**base_kwargs(str(tmp_path), max_steps=1, **overrides)),
+        train_dataset=controlled_dataset(),
+        processing_class=tokenizer,
+        rollout_func=controlled_rollout(tokenizer, 4),
+    )
+    trainer.train()
+    assert seen and all(("round_step" in keys) is trainer.objective.uses_own_loss for keys in seen)

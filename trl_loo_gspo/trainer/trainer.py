@@ -261,8 +261,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         group_ids = round_data.group_ids.to(self.accelerator.device)
         local_rows = output["prompt_ids"].size(0)
         first = self.accelerator.process_index * local_rows  # this rank's rows, as TRL slices them
-        # the optimizer step that generated the round (0-dim: TRL's split and shuffle pass it to every slice)
-        output["round_step"] = torch.tensor(self.state.global_step)
+        if self.objective.uses_own_loss:  # the step that generated the round, read by our loss (0-dim: every slice)
+            output["round_step"] = torch.tensor(self.state.global_step)
         if self.objective.trl_advantages:
             all_advantages = self.accelerator.gather(output["advantages"])  # TRL's, for the round metrics
         else:
