@@ -270,7 +270,14 @@ def supervised_warm_start(model, tokenizer, train, spec: PolicySpec, log: Callab
         optimizer.zero_grad()
         if step >= spec.sft_min_steps and step % spec.check_every == 0:
             rate = pass_rates(
-                model, tokenizer, calibration, samples=4, seed=spec.seed, score=score, max_new_tokens=max_new_tokens
+                model,
+                tokenizer,
+                calibration,
+                samples=4,
+                seed=spec.seed,
+                score=score,
+                max_new_tokens=max_new_tokens,
+                lean=False,  # generate's draws: the policies already cached stay the ones rebuilt
             )["sampled"]
             log(f"  warm start step {step}: loss {loss.item():.3f}, sampled pass rate {rate:.2f}")
             if rate >= spec.target_pass_rate:
