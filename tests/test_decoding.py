@@ -85,6 +85,10 @@ def test_generate_is_kept_when_the_generation_config_processes_logits():
     model.generation_config.repetition_penalty = 1.0
     model.generation_config.min_new_tokens = 3
     assert not plain_generation(model)
+    model.generation_config.min_new_tokens = None
+    from peft import LoraConfig, get_peft_model
+
+    assert not plain_generation(get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"])))  # **kwargs
 
 
 @pytest.mark.parametrize("samples", [0, 3])

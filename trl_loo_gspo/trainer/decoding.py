@@ -54,8 +54,8 @@ def plain_generation(model) -> bool:
     generation = getattr(model, "generation_config", None)
     if config is None or generation is None or getattr(config, "is_encoder_decoder", False):
         return False
-    if not hasattr(model, "forward") or _cache_argument(model) is None:
-        return False
+    if not hasattr(model, "forward") or _cache_argument(model) is None or not _takes(model, "logits_to_keep"):
+        return False  # (e.g. a PEFT wrapper, whose forward passes **kwargs on: generate handles it)
     return all(getattr(generation, name, None) in neutral for name, neutral in _NEUTRAL.items())
 
 
@@ -68,6 +68,13 @@ def _cache_argument(model) -> str | None:
         if name in parameters:
             return name
     return None
+
+
+def _takes(model, name: str) -> bool:
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _eos_ids(model, device) -> torch.Tensor | None:
