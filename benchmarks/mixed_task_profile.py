@@ -103,6 +103,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as handle:
             record = {"k": args.k, "problems": args.problems, "options": json.loads(args.options)}
+            record["policy"] = json.loads(args.policy)
             json.dump({**record, "split_seed": args.split_seed, "profiles": profiles}, handle, indent=2)
 
 

@@ -109,6 +109,38 @@ def test_a_worker_goes_on_to_the_common_rate_runs_while_another_finishes_the_stu
     assert (tmp_path / "out" / "report.md").exists()
 
 
+def test_common_rate_runs_take_their_own_evaluation_spacing_and_the_study_runs_keep_theirs(tmp_path):
+    """The common-rate comparison reads only the final point: with ``common_rate_eval_every_tokens`` its own runs
+    evaluate at that spacing (their provenance says so), while a study run that stands for one keeps the study's."""
+    from trl_loo_gspo.experiment.ablation.provenance import run_provenance
+
+    plan = bases_plan(tmp_path, common_rate=1e-4, common_rate_eval_every_tokens=10**9)
+    base = sweep_runner([], BEST)
+    calls: list = []
+
+    def runner(plan, name, overrides, is_baseline, seed, progress, split="validation", **kwargs):
+        calls.append((name, seed, overrides["learning_rate"], split, kwargs.get("eval_every_tokens")))
+        return base(plan, name, overrides, is_baseline, seed, progress, split)
+
+    assert run_ablation(plan, runner)
+    spacing = {(name, lr, split): every for name, _, lr, split, every in calls}
+    assert spacing[("full", 1e-4, "validation")] == 10**9  # the common-rate runs of a variant that chose 3e-4
+    assert spacing[("full", 3e-4, "validation")] is None  # the study's runs: the plan's eval_every_tokens
+    assert spacing[("grpo", 1e-4, "validation")] is None  # grpo chose 1e-4: its study runs stand for both
+    record = json.loads((tmp_path / "out" / "common-rate" / "full" / "seed0.json").read_text())
+    overrides = {**dict((n, c) for n, c, _ in plan.entries())["full"], "learning_rate": 1e-4}
+    expected = run_provenance(plan, "full", overrides, False, 0, "validation", eval_every_tokens=10**9)
+    assert record["provenance"]["config_hash"] == expected["config_hash"]
+    assert expected["config_hash"] != run_provenance(plan, "full", overrides, False, 0)["config_hash"]
+    calls.clear()
+    run_ablation(plan, runner)
+    assert calls == []  # resumable: the records carry the spacing they were made with
+    with pytest.raises(ValueError, match="common_rate_eval_every_tokens"):
+        bases_plan(tmp_path, common_rate_eval_every_tokens=1000)  # without common_rate
+    with pytest.raises(ValueError, match="common_rate_eval_every_tokens"):
+        bases_plan(tmp_path, common_rate=1e-4, common_rate_eval_every_tokens=0)
+
+
 def test_primary_and_eval_split_are_checked(tmp_path):
     with pytest.raises(ValueError, match="primary is one"):
         bases_plan(tmp_path, primary=["full", "missing"])

@@ -188,3 +188,27 @@ def test_a_task_without_a_tuning_split_keeps_its_policy_cache_key():
     assert PolicySpec(task=AdditionTask(seed=0), seed=0).key() == "7d464322fecc0b60"
     assert PolicySpec(task=MixedSumTask(seed=0), seed=0).key() == "b7af2e26841421b2"
     assert PolicySpec(task=AdditionTask(seed=0, tuning_pairs=5), seed=0).key() != "7d464322fecc0b60"
+
+
+def test_label_smoothing_of_the_warm_start_keys_its_own_policy_and_changes_the_training():
+    """``sft_label_smoothing`` (0 by default) leaves every existing cache key as it was; set, it keys its own
+    policy, and the supervised phase trains another model (a few supervised steps of the tiny policy)."""
+    import torch
+
+    from trl_loo_gspo.demo.policy import PolicySpec, supervised_warm_start
+    from trl_loo_gspo.demo.tiny import char_tokenizer, tiny_qwen2
+
+    from .helpers import TINY_POLICY
+
+    assert PolicySpec(task=MixedSumTask(seed=0), seed=0, sft_label_smoothing=0.0).key() == "b7af2e26841421b2"
+    assert PolicySpec(task=MixedSumTask(seed=0), seed=0, sft_label_smoothing=0.1).key() != "b7af2e26841421b2"
+    task = MixedSumTask(seed=0, min_terms=2, max_terms=2, max_operand=9, train_per_terms=20, validation_per_terms=5)
+    weights = []
+    for smoothing in (0.0, 0.1):
+        spec = PolicySpec(task=task, sft_label_smoothing=smoothing, **TINY_POLICY)
+        tokenizer = char_tokenizer(task.alphabet)
+        model = tiny_qwen2(tokenizer, hidden_size=spec.hidden_size, num_hidden_layers=spec.num_hidden_layers,
+                           intermediate_size=spec.intermediate_size, seed=spec.seed)  # fmt: skip
+        supervised_warm_start(model, tokenizer, task.splits()[0], spec, log=lambda _: None)
+        weights.append(model.lm_head.weight.detach().clone())
+    assert not torch.equal(weights[0], weights[1])

@@ -95,6 +95,7 @@ def test_the_design_the_issue_asks_for(plan):
     assert len(validation) >= 450 and len(plan_task(plan).tuning_split()) >= 450
     assert plan.rollout_tokens // plan.eval_every_tokens >= 8  # >= 8 points along the budget (plus the start)
     assert plan.sweep and plan.common_rate in plan.sweep["learning_rates"]
+    assert plan.common_rate_eval_every_tokens >= plan.rollout_tokens  # final-point comparison: start and end only
     assert plan.common["steps_per_generation"] > 1  # off-policy: clipping has something to act on
 
 

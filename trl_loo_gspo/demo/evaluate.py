@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from datasets import Dataset
 
+from ..trainer.decoding import decode, plain_generation
 from .task import verify
 
 
@@ -22,10 +23,15 @@ def pass_rates(
     batch_size: int = 512,
     seed: int = 0,
     score: Callable[[str, dict[str, Any]], float] | None = None,
+    lean: bool = True,
 ) -> dict[str, float]:
     """Greedy pass rate and mean sampled pass rate (``samples`` answers per problem at ``temperature``).
 
-    Sampling matches training (top-k and top-p off), and is seeded without touching the caller's RNG state.
+    Sampling matches training (top-k and top-p off), and is seeded without touching the caller's RNG state. A plain
+    decoder (:func:`~trl_loo_gspo.trainer.decoding.plain_generation`, e.g. the demo's policy) is decoded by the lean
+    loop of :mod:`trl_loo_gspo.trainer.decoding` (one prefill per prompt, ended answers dropped), others by
+    ``generate`` (as is everything with ``lean=False``: the warm start's stopping check, so that a cached policy
+    is rebuilt identically).
     ``score(text, row)`` is the task's final check (default: the addition task's exact answer).
     """
     score = score or (lambda text, row: verify(text, row["answer"]))
@@ -40,12 +46,26 @@ def pass_rates(
             batch_rows = rows[start : start + batch_size]
             enc = tokenizer(batch_prompts, return_tensors="pt", padding=True, add_special_tokens=False)
             enc = {k: v.to(model.device) for k, v in enc.items()}
+            repeated = [r for r in batch_rows for _ in range(samples)]
+            if lean and plain_generation(model):  # one prefill per prompt, greedy and sampled rows together
+                greedy_ids, sampled_ids = decode(
+                    model,
+                    enc["input_ids"],
+                    enc["attention_mask"],
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=tokenizer.pad_token_id,
+                    samples=samples,
+                    temperature=temperature,
+                )
+                greedy += _score(tokenizer, greedy_ids, batch_rows, score)
+                if samples:
+                    sampled += _score(tokenizer, sampled_ids, repeated, score) / samples
+                continue
             common = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
             out = model.generate(**enc, do_sample=False, **common)
             greedy += _score(tokenizer, out[:, enc["input_ids"].size(1) :], batch_rows, score)
             if samples:
                 out = _sample(model, tokenizer, enc, samples, temperature, max_new_tokens)
-                repeated = [r for r in batch_rows for _ in range(samples)]
                 sampled += _score(tokenizer, out[:, enc["input_ids"].size(1) :], repeated, score) / samples
     model.train(was_training)
     n = max(len(prompts), 1)
@@ -97,8 +117,20 @@ def sample_groups(
             rows = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
             enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True, add_special_tokens=False)
             enc = {k: v.to(model.device) for k, v in enc.items()}
-            out = _sample(model, tokenizer, enc, num_generations, temperature, max_new_tokens)
-            completions = out[:, enc["input_ids"].size(1) :]
+            if plain_generation(model):
+                _, completions = decode(
+                    model,
+                    enc["input_ids"],
+                    enc["attention_mask"],
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=tokenizer.pad_token_id,
+                    samples=num_generations,
+                    greedy=False,
+                    temperature=temperature,
+                )
+            else:
+                out = _sample(model, tokenizer, enc, num_generations, temperature, max_new_tokens)
+                completions = out[:, enc["input_ids"].size(1) :]
             texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
             is_eos = completions == tokenizer.eos_token_id
             first = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1) + 1, completions.size(1))

@@ -51,6 +51,10 @@ class PolicySpec:
     target_pass_rate: float = 0.30
     calibration_problems: int = 256
     seed: int = 0
+    #: Label smoothing of the supervised phase's cross-entropy: the warm start keeps that much probability off the
+    #: right token at every position, so its sampled answers are wrong much more often than its greedy ones (the
+    #: room for RL's sharpening that a pretrained model has). 0: plain next-token training.
+    sft_label_smoothing: float = 0.0
 
     def key(self) -> str:
         payload = {"format": POLICY_FORMAT, **asdict(self)}
@@ -64,6 +68,8 @@ class PolicySpec:
         ):
             if name in payload["task"] and payload["task"][name] == default:
                 del payload["task"][name]
+        if payload["sft_label_smoothing"] == 0.0:  # (fields added later keep the keys of specs without them)
+            del payload["sft_label_smoothing"]
         if not isinstance(self.task, AdditionTask):  # (addition keys stay as they were: existing caches stay valid)
             payload["task_kind"] = self.task.policy_name
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
@@ -264,13 +270,29 @@ def supervised_warm_start(model, tokenizer, train, spec: PolicySpec, log: Callab
         for row, i in enumerate(index):
             pad = width - int(enc["attention_mask"][row].sum())
             labels[row, : pad + prompt_lengths[i]] = -100  # left padding, then the prompt
-        loss = model(**enc, labels=labels).loss
+        if spec.sft_label_smoothing:
+            logits = model(**enc).logits[:, :-1]
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.size(-1)),
+                labels[:, 1:].reshape(-1),
+                ignore_index=-100,
+                label_smoothing=spec.sft_label_smoothing,
+            )
+        else:
+            loss = model(**enc, labels=labels).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
         if step >= spec.sft_min_steps and step % spec.check_every == 0:
             rate = pass_rates(
-                model, tokenizer, calibration, samples=4, seed=spec.seed, score=score, max_new_tokens=max_new_tokens
+                model,
+                tokenizer,
+                calibration,
+                samples=4,
+                seed=spec.seed,
+                score=score,
+                max_new_tokens=max_new_tokens,
+                lean=False,  # generate's draws: the policies already cached stay the ones rebuilt
             )["sampled"]
             log(f"  warm start step {step}: loss {loss.item():.3f}, sampled pass rate {rate:.2f}")
             if rate >= spec.target_pass_rate:

@@ -28,6 +28,7 @@ sums, with span signals), ``demo-mixed`` (sums of 1–4 numbers of 1–3 digits:
       - {name: loo_gspo, config: {}}
       - {name: loo_gspo-mean, base: loo_gspo, config: {advantage_estimator: group_mean}}
     common_rate: 1.0e-4                       # optional, with a sweep: every variant also at this one rate
+    common_rate_eval_every_tokens: 300000     # optional: their evaluation spacing (default: eval_every_tokens)
 
 A variant with ``base`` is an ablation of another variant: its config is the base's config (itself resolved the same
 way) with its own ``config`` on top, so the two differ in exactly the fields it names — the learning rate included:
@@ -70,6 +71,9 @@ class AblationPlan:
     split_seed: int | None = None  # the data split's seed for every run (None: each run's seed)
     sweep: dict[str, Any] = field(default_factory=dict)  # learning-rate sweep on the tuning split (.sweep)
     common_rate: float | None = None  # with a sweep: every variant also trained at this one learning rate
+    # the common-rate runs' evaluation spacing (None: eval_every_tokens); compared on their final pass rate only, so
+    # the budget (one evaluation at the start and one at the end) is enough
+    common_rate_eval_every_tokens: int | None = None
     primary: list[str] | None = None  # [a, b]: the pre-registered contrast a − b, tested alone (no correction)
     eval_split: str = "validation"  # the split every run is scored on ("tuning" for a calibration plan)
 
@@ -138,6 +142,9 @@ class AblationPlan:
             raise ValueError(f"eval_split must be 'validation' or 'tuning', got {self.eval_split!r}")
         if self.common_rate is not None and not (self.sweep and isinstance(self.common_rate, (int, float))):
             raise ValueError("common_rate (a learning rate every variant also trains at) needs a sweep section")
+        every = self.common_rate_eval_every_tokens
+        if every is not None and (self.common_rate is None or not isinstance(every, int) or every <= 0):
+            raise ValueError(f"common_rate_eval_every_tokens: a positive integer, with common_rate set; got {every!r}")
         for pair in self.contrasts:
             if not (isinstance(pair, list) and len(pair) == 2 and all(name in names for name in pair)):
                 raise ValueError(f"contrasts entries are [a, b] pairs of run names (from {names}), got {pair!r}")

@@ -61,9 +61,16 @@ def _version(name: str) -> str | None:
 
 
 def run_provenance(
-    plan: Any, name: str, overrides: dict, is_baseline: bool, seed: int, split: str = "validation"
+    plan: Any,
+    name: str,
+    overrides: dict,
+    is_baseline: bool,
+    seed: int,
+    split: str = "validation",
+    eval_every_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """The provenance of run (``name``, ``seed``) of ``plan`` scored on ``split`` (module docstring)."""
+    """The provenance of run (``name``, ``seed``) of ``plan`` scored on ``split`` (module docstring), evaluated every
+    ``eval_every_tokens`` (default: the plan's spacing for ``split``)."""
     recipe = Path(plan.recipe).read_text() if plan.recipe else None
     tuning = split == "tuning"
     spec = {
@@ -73,9 +80,8 @@ def run_provenance(
         "eval_split": split,
         "seed": seed,
         "rollout_tokens": plan.sweep.get("rollout_tokens", plan.rollout_tokens) if tuning else plan.rollout_tokens,
-        "eval_every_tokens": plan.sweep.get("eval_every_tokens", plan.eval_every_tokens)
-        if tuning
-        else plan.eval_every_tokens,
+        "eval_every_tokens": eval_every_tokens
+        or (plan.sweep.get("eval_every_tokens", plan.eval_every_tokens) if tuning else plan.eval_every_tokens),
         "eval_samples": plan.eval_samples,
         "policy": plan.policy,
         "recipe": recipe,

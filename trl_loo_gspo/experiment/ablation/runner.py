@@ -28,11 +28,15 @@ def run_one(
     seed: int,
     progress=None,
     split: str = "validation",
+    eval_every_tokens: int | None = None,
 ) -> dict:
     """Train one (variant, seed) to the token budget; evaluate along the way on ``split`` (``"validation"``, or
-    ``"tuning"`` for a learning-rate sweep run: :mod:`.sweep`, the sweep's budget); return the record."""
+    ``"tuning"`` for a learning-rate sweep run: :mod:`.sweep`, the sweep's budget) every ``eval_every_tokens``
+    (default: the plan's spacing for ``split``); return the record."""
     build = _build_recipe_run if plan.task == "recipe" else _build_demo_run
     trainer, validation_cb, verifier, extra = build(plan, name, overrides, is_baseline, seed, split)
+    if eval_every_tokens is not None:  # (the common-rate runs: compared on their final point only)
+        validation_cb.every_tokens = validation_cb.next_checkpoint = int(eval_every_tokens)
     budget = sweep_budget(plan) if split == "tuning" else plan.rollout_tokens
     return _train_to_budget(
         budget, trainer, validation_cb, verifier, name, overrides, is_baseline, seed, progress, extra
@@ -192,7 +196,7 @@ def run_ablation(plan: AblationPlan, runner=run_one, reuse_stale: bool = False) 
         _refuse_stale(plan, [(name, seed, path, prov) for name, _, _, seed, path, prov in jobs])
     common_jobs = common_rate_jobs(plan, chosen) if plan.common_rate is not None else []
     if common_jobs and not reuse_stale:
-        _refuse_stale(plan, [(name, seed, path, prov) for name, _, _, seed, path, prov in common_jobs])
+        _refuse_stale(plan, [(name, seed, path, prov) for name, _, _, seed, path, prov, _ in common_jobs])
     # the common-rate runs need only the sweep: a worker goes on to them while others finish the study's last runs
     study_done = _execute(plan, jobs, runner, split)
     common_done = _execute(plan, common_jobs, runner, split) if common_jobs else True
@@ -207,26 +211,28 @@ def run_ablation(plan: AblationPlan, runner=run_one, reuse_stale: bool = False) 
 def common_rate_jobs(plan: AblationPlan, chosen: dict[str, float]) -> list[tuple]:
     """Every swept (variant, seed) at the plan's ``common_rate`` — the baseline and the variants without a ``base``;
     an ablation already trains at its root's rate —: the study's own run where the variant chose that rate (same
-    config, same record), else a run recorded under ``common-rate/<variant>/seed<k>.json``."""
+    config, same record), else a run recorded under ``common-rate/<variant>/seed<k>.json`` and evaluated every
+    ``common_rate_eval_every_tokens`` (when the plan sets it: the comparison reads only the final point). Each job
+    is (name, overrides, is_baseline, seed, record path, provenance, evaluation spacing or ``None``)."""
     jobs = []
     ablations = plan.bases()
     for name, cfg, base, seed in plan.runs():
         if name in ablations:
             continue
         overrides = {**cfg, "learning_rate": plan.common_rate}
-        same = math.isclose(chosen[name], plan.common_rate, rel_tol=1e-12)
-        path = (
-            run_path(plan, name, seed) if same else Path(plan.output_dir) / "common-rate" / name / f"seed{seed}.json"
-        )
-        jobs.append(
-            (name, overrides, base, seed, path, run_provenance(plan, name, overrides, base, seed, plan.eval_split))
-        )
+        if math.isclose(chosen[name], plan.common_rate, rel_tol=1e-12):  # the study's run: its record, its spacing
+            path, every = run_path(plan, name, seed), None
+        else:
+            path = Path(plan.output_dir) / "common-rate" / name / f"seed{seed}.json"
+            every = plan.common_rate_eval_every_tokens
+        provenance = run_provenance(plan, name, overrides, base, seed, plan.eval_split, eval_every_tokens=every)
+        jobs.append((name, overrides, base, seed, path, provenance, every))
     return jobs
 
 
 def _execute(plan: AblationPlan, jobs: list, runner, split: str) -> bool:
-    """Train every job (name, overrides, is_baseline, seed, record path, provenance) that has no record and that no
-    other process holds; return whether every job has its record now."""
+    """Train every job (name, overrides, is_baseline, seed, record path, provenance[, evaluation spacing]) that has
+    no record and that no other process holds; return whether every job has its record now."""
     from rich.progress import BarColumn, Progress, TextColumn
 
     from .claims import claim
@@ -237,7 +243,7 @@ def _execute(plan: AblationPlan, jobs: list, runner, split: str) -> bool:
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f}/{task.total:,.0f}")
     ) as progress:
         overall = progress.add_task("sweep runs" if split == "tuning" else "runs", total=len(jobs))
-        for name, overrides, is_baseline, seed, path, provenance in jobs:
+        for name, overrides, is_baseline, seed, path, provenance, *spacing in jobs:
             lock = None if path.exists() else claim(path)
             if lock is None:  # finished earlier, or another process is training it
                 progress.advance(overall)
@@ -249,7 +255,9 @@ def _execute(plan: AblationPlan, jobs: list, runner, split: str) -> bool:
                 label = f"{name} seed {seed}" + (f" lr {rate:g}" if rate is not None else "")
                 current = progress.add_task(f"{label}: rollout tokens", total=budget)
                 report_tokens = functools.partial(_update, progress, current)
-                record = runner(plan, name, overrides, is_baseline, seed, report_tokens, **kwargs)
+                every = spacing[0] if spacing else None
+                extra = {} if every is None else {"eval_every_tokens": every}
+                record = runner(plan, name, overrides, is_baseline, seed, report_tokens, **kwargs, **extra)
                 record["provenance"] = provenance
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_suffix(f".tmp{os.getpid()}")
