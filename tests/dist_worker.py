@@ -1,7 +1,10 @@
-"""Worker for tests/test_distributed.py: run under `torchrun --nproc_per_node 2` (gloo, CPU).
+"""Worker for tests/test_distributed.py: run under `torchrun --nproc_per_node 2` (gloo, CPU), or alone for the
+one-process references.
 
-Trains one optimizer step of LooGspoTrainer from a saved tiny model with the deterministic rollout and writes the
-parameter update (rank 0) to --out.
+Runs every case of ``--cases`` (a JSON list of ``{"name", "overrides", "task"}``) in turn in this one launch: each
+trains LooGspoTrainer from the saved tiny model with the deterministic rollout and writes the parameter update and
+the logs (rank 0) to ``--out/<name>.pt``. One launch per file instead of one per case: the process start (torch,
+TRL, gloo) is what a launch costs.
 """
 
 import argparse
@@ -29,22 +32,14 @@ from trl_loo_gspo.demo.multistep import MultiStepTask, MultiStepVerifier  # noqa
 from trl_loo_gspo.demo.tiny import char_tokenizer  # noqa: E402
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model-dir", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--overrides", required=True, help="JSON dict of LooGspoConfig overrides")
-    parser.add_argument("--expect-processes", type=int, default=2)
-    parser.add_argument("--task", choices=["parity", "controlled", "multistep"], default="parity")
-    cli = parser.parse_args()
-
+def run_case(model_dir: str, out: str, overrides: dict, task: str, expect_processes: int) -> None:
     tokenizer = char_tokenizer()
-    model = AutoModelForCausalLM.from_pretrained(cli.model_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
-    args = LooGspoConfig(**base_kwargs(cli.out + ".run", **json.loads(cli.overrides)))
-    if cli.task == "parity":
+    args = LooGspoConfig(**base_kwargs(out + ".run", **overrides))
+    if task == "parity":
         reward, dataset, rollout = parity_reward, train_dataset(), make_rollout(tokenizer, args.num_generations)
-    elif cli.task == "controlled":  # always-right / always-wrong / mixed prompts, for dynamic sampling
+    elif task == "controlled":  # always-right / always-wrong / mixed prompts, for dynamic sampling
         reward, dataset, rollout = controlled_reward, controlled_dataset(), controlled_rollout(tokenizer, 4)
     else:  # multi-step answers with span signals, for process feedback
         dataset = MultiStepTask(train_problems=32, validation_problems=4, seed=1).splits()[0]
@@ -58,7 +53,7 @@ def main() -> None:
         rollout_func=rollout,
     )
     # A distributed test that silently ran one process would check nothing.
-    assert trainer.accelerator.num_processes == cli.expect_processes, trainer.accelerator.num_processes
+    assert trainer.accelerator.num_processes == expect_processes, trainer.accelerator.num_processes
     trainer.train()
     unwrapped = trainer.accelerator.unwrap_model(trainer.model)
     delta = {k: (v.detach() - before[k]) for k, v in unwrapped.named_parameters()}
@@ -71,11 +66,23 @@ def main() -> None:
                 "logs": trainer.state.log_history,
                 "prompts": list(trainer._logs["prompt"]),
             },
-            cli.out,
+            out,
         )
+    trainer.accelerator.wait_for_everyone()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--out", required=True, help="folder: one <name>.pt per case")
+    parser.add_argument("--cases", required=True, help='JSON list of {"name", "overrides", "task"}')
+    parser.add_argument("--expect-processes", type=int, default=2)
+    cli = parser.parse_args()
+    for case in json.loads(cli.cases):
+        out = os.path.join(cli.out, f"{case['name']}.pt")
+        run_case(cli.model_dir, out, case["overrides"], case["task"], cli.expect_processes)
     # Tear the process group down explicitly once every rank is done: letting interpreter exit race the gloo
     # threads occasionally aborts a rank ("terminate called without an active exception").
-    trainer.accelerator.wait_for_everyone()
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
 
