@@ -29,7 +29,7 @@ if not hasattr(import_utils, "is_joblib_available"):
     SHIMMED.append("trl.import_utils.is_joblib_available")
 
 
-def pytest_report_header(config):
+def header_lines() -> list[str]:
     lines = [f"trl {trl.__version__} from {trl.__file__}"]
     if importlib.util.find_spec("trl_loo_gspo") is not None:
         import trl_loo_gspo
@@ -37,6 +37,14 @@ def pytest_report_header(config):
         lines.append(f"trl_loo_gspo from {trl_loo_gspo.__file__}")
     lines.append(f"trl_suite_shim: added {', '.join(SHIMMED) or 'nothing'}")
     return lines
+
+
+def pytest_sessionstart(session):
+    """Print what this run imports, also under ``-q`` (which hides the report header)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        for line in header_lines():
+            reporter.write_line(line)
 
 
 def junit_key(nodeid: str) -> str:
