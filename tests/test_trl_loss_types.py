@@ -14,6 +14,7 @@ from .helpers import (
     controlled_dataset,
     controlled_reward,
     controlled_rollout,
+    controlled_trainer,
     make_model_and_tokenizer,
     param_delta,
     reference_gradient,
@@ -220,15 +221,7 @@ def test_every_batch_key_we_add_is_read_by_the_loss_that_trains(tmp_path, loss_t
             seen.append(set(inputs))
             return super()._compute_loss(model, inputs)
 
-    model, tokenizer = make_model_and_tokenizer()
     overrides = {} if loss_type is None else {"loss_type": loss_type}
-    trainer = Recording(
-        model=model,
-        reward_funcs=[controlled_reward],
-        args=LooGspoConfig(**base_kwargs(str(tmp_path), max_steps=1, **overrides)),
-        train_dataset=controlled_dataset(),
-        processing_class=tokenizer,
-        rollout_func=controlled_rollout(tokenizer, 4),
-    )
+    trainer, _, _ = controlled_trainer(Recording, tmp_path, dynamic_sampling=False, max_steps=1, **overrides)
     trainer.train()
     assert seen and all(("round_step" in keys) is trainer.objective.uses_own_loss for keys in seen)
