@@ -109,6 +109,36 @@ def test_a_worker_goes_on_to_the_common_rate_runs_while_another_finishes_the_stu
     assert (tmp_path / "out" / "report.md").exists()
 
 
+def test_the_worker_that_finishes_last_writes_the_report_though_it_left_the_study_unfinished(tmp_path):
+    """Both workers of chain-study-2 returned without a report: each had left the study while the other held its
+    last run, and each asked whether the study was complete before its common-rate runs, not after them."""
+    from .test_ablation_claims import _held_by_another_process
+
+    plan = bases_plan(tmp_path, common_rate=1e-4)
+    held = tmp_path / "out" / "runs" / "full-k-mean" / "seed1.json"
+    holder = _held_by_another_process(held)
+    calls: list = []
+    base = sweep_runner(calls, BEST)
+
+    def runner(plan, name, overrides, is_baseline, seed, progress, split="validation"):
+        record = base(plan, name, overrides, is_baseline, seed, progress, split)
+        if (split, name, overrides["learning_rate"]) == ("validation", "full", 1e-4) and holder.poll() is None:
+            # meanwhile the other worker finishes the study run it held, writes its record and exits
+            other = sweep_runner([], BEST)(plan, "full-k-mean", {"learning_rate": 3e-4}, False, 1, None)
+            held.write_text(json.dumps(other))
+            holder.kill()
+            holder.wait()
+        return record
+
+    try:
+        records = run_ablation(plan, runner)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert records is not None and (tmp_path / "out" / "report.md").exists()
+    assert ("validation", "full-k-mean", 1, 3e-4) not in calls  # trained by the other worker only
+
+
 def test_common_rate_runs_take_their_own_evaluation_spacing_and_the_study_runs_keep_theirs(tmp_path):
     """The common-rate comparison reads only the final point: with ``common_rate_eval_every_tokens`` its own runs
     evaluate at that spacing (their provenance says so), while a study run that stands for one keeps the study's."""

@@ -111,5 +111,11 @@ def register_aggregation(name: str, count: str) -> Callable:
 
 
 def agg_loss(rows: torch.Tensor, lengths: torch.Tensor, mode: str, denominator: torch.Tensor | float) -> torch.Tensor:
-    """This micro-batch's share of the loss under aggregation ``mode`` over the global ``denominator``."""
-    return AGGREGATIONS[mode].function(rows, lengths, denominator)
+    """This micro-batch's share of the loss under aggregation ``mode`` (a name in :data:`AGGREGATIONS`) over the
+    global ``denominator``."""
+    aggregation = AGGREGATIONS.get(mode)
+    if aggregation is None:
+        raise ValueError(
+            f"unknown aggregation {mode!r}; registered: {sorted(AGGREGATIONS)} (add one with @register_aggregation)"
+        )
+    return aggregation.function(rows, lengths, denominator)

@@ -47,29 +47,51 @@ def pass_rates(
             enc = tokenizer(batch_prompts, return_tensors="pt", padding=True, add_special_tokens=False)
             enc = {k: v.to(model.device) for k, v in enc.items()}
             repeated = [r for r in batch_rows for _ in range(samples)]
-            if lean and plain_generation(model):  # one prefill per prompt, greedy and sampled rows together
-                greedy_ids, sampled_ids = decode(
-                    model,
-                    enc["input_ids"],
-                    enc["attention_mask"],
-                    max_new_tokens=max_new_tokens,
-                    pad_token_id=tokenizer.pad_token_id,
-                    samples=samples,
-                    temperature=temperature,
-                )
-                greedy += _score(tokenizer, greedy_ids, batch_rows, score)
-                if samples:
-                    sampled += _score(tokenizer, sampled_ids, repeated, score) / samples
-                continue
-            common = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-            out = model.generate(**enc, do_sample=False, **common)
-            greedy += _score(tokenizer, out[:, enc["input_ids"].size(1) :], batch_rows, score)
+            greedy_ids, sampled_ids = _completions(
+                model, tokenizer, enc, samples, temperature, max_new_tokens, greedy=True, lean=lean
+            )
+            greedy += _score(tokenizer, greedy_ids, batch_rows, score)
             if samples:
-                out = _sample(model, tokenizer, enc, samples, temperature, max_new_tokens)
-                sampled += _score(tokenizer, out[:, enc["input_ids"].size(1) :], repeated, score) / samples
+                sampled += _score(tokenizer, sampled_ids, repeated, score) / samples
     model.train(was_training)
     n = max(len(prompts), 1)
     return {"greedy": greedy / n, "sampled": sampled / n if samples else float("nan")}
+
+
+def _completions(
+    model,
+    tokenizer,
+    enc: dict,
+    samples: int,
+    temperature: float,
+    max_new_tokens: int,
+    *,
+    greedy: bool,
+    lean: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The greedy completion ids of a tokenized batch (``None`` unless ``greedy``) and ``samples`` sampled ones per
+    prompt (``None`` without ``samples``). A plain decoder with ``lean`` takes the lean loop (one prefill per prompt,
+    greedy and sampled rows together); anything else ``generate``, greedy first and then sampled, the order in
+    which the seeded generator is drawn (a cached warm start is rebuilt identically)."""
+    if lean and plain_generation(model):
+        return decode(
+            model,
+            enc["input_ids"],
+            enc["attention_mask"],
+            max_new_tokens=max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+            samples=samples,
+            greedy=greedy,
+            temperature=temperature,
+        )
+    start = enc["input_ids"].size(1)
+    greedy_ids = sampled_ids = None
+    if greedy:
+        common = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+        greedy_ids = model.generate(**enc, do_sample=False, **common)[:, start:]
+    if samples:
+        sampled_ids = _sample(model, tokenizer, enc, samples, temperature, max_new_tokens)[:, start:]
+    return greedy_ids, sampled_ids
 
 
 def _sample(model, tokenizer, enc: dict, samples: int, temperature: float, max_new_tokens: int) -> torch.Tensor:
@@ -117,20 +139,9 @@ def sample_groups(
             rows = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
             enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True, add_special_tokens=False)
             enc = {k: v.to(model.device) for k, v in enc.items()}
-            if plain_generation(model):
-                _, completions = decode(
-                    model,
-                    enc["input_ids"],
-                    enc["attention_mask"],
-                    max_new_tokens=max_new_tokens,
-                    pad_token_id=tokenizer.pad_token_id,
-                    samples=num_generations,
-                    greedy=False,
-                    temperature=temperature,
-                )
-            else:
-                out = _sample(model, tokenizer, enc, num_generations, temperature, max_new_tokens)
-                completions = out[:, enc["input_ids"].size(1) :]
+            _, completions = _completions(
+                model, tokenizer, enc, num_generations, temperature, max_new_tokens, greedy=False
+            )
             texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
             is_eos = completions == tokenizer.eos_token_id
             first = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1) + 1, completions.size(1))

@@ -1,8 +1,8 @@
 """Our loss as one micro-batch of an optimizer step computes it (docs/method.md §3.2–3.3, §5.1, §6), as a function of
 one value: :class:`LossStep` holds everything the loss reads (the objective's choices, the clip range, β, the step's
-global denominator, the world size and the batch tensors), built by the trainer in one place
-(``LooGspoTrainer._loss_step``); :func:`own_loss` returns a :class:`LossOutput` the trainer records. Neither holds
-the trainer."""
+global denominator, the world size and the batch tensors), built in one place (:meth:`LossStep.of_batch`, called by
+:func:`batch_loss`: the config's objective, the trainer's scalars for the step, the batch); :func:`own_loss` returns
+a :class:`LossOutput` the trainer records. None of them holds the trainer."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import torch
 from ..algorithms.aggregation import agg_loss, row_losses
 from ..algorithms.losses import LOSSES, ClipRange, k3_kl, sequence_log_ratio
 from ..algorithms.noise import noise_rows
+from ..config.objective import Objective, resolve
 from .rows import loss_mask
 from .step import loss_stats
 
@@ -48,21 +49,31 @@ class LossStep:
     @classmethod
     def of_batch(
         cls,
+        objective: Objective,
         inputs: dict[str, Any],
         per_token_logps: torch.Tensor,
         entropies: torch.Tensor,
         *,
         vllm_weights: bool,
+        epsilon_low: float,
+        epsilon_high: float,
         **step: Any,
     ) -> LossStep:
-        """The value for ``inputs`` (TRL's micro-batch) and the forward pass's outputs; ``step`` holds the scalar
-        fields, ``vllm_weights`` whether vLLM's importance weights apply. On-policy (TRL skipped the old-log-prob
-        pass) the old log-probs are these, detached."""
+        """The value for ``inputs`` (TRL's micro-batch) and the forward pass's outputs under ``objective`` (its policy
+        loss, aggregation and outer log-ratio guard); ``epsilon_low``/``epsilon_high`` are the step's clip range
+        (entropy feedback moves the upper one), ``step`` holds the other scalar fields, ``vllm_weights`` whether
+        vLLM's importance weights apply. On-policy (TRL skipped the old-log-prob pass) the old log-probs are these,
+        detached."""
         advantages = inputs["advantages"]
         if advantages.dim() != 1:
             raise ValueError(f"LooGspoTrainer expects advantages of shape (B,), got {tuple(advantages.shape)}")
+        if not objective.uses_own_loss:
+            raise ValueError(f"loss_type={objective.loss_type!r} is computed by TRL's loss, not by own_loss")
         old = inputs.get("old_per_token_logps")
         return cls(
+            policy_loss=objective.policy_loss,
+            loss_aggregation=objective.loss_aggregation,
+            clip=ClipRange(epsilon_low, epsilon_high, objective.log_ratio_clamp),
             per_token_logps=per_token_logps,
             old_per_token_logps=per_token_logps.detach() if old is None else old,
             advantages=advantages,
@@ -113,6 +124,17 @@ def own_loss(step: LossStep) -> LossOutput:
     loss = agg_loss(rows, lengths, step.loss_aggregation, step.denominator) * step.world_size
     stats, extrema = loss_stats(policy, lengths, mask.to(step.per_token_logps.dtype), step.entropies, per_token_kl)
     return LossOutput(loss, stats, extrema, noise)
+
+
+def batch_loss(
+    config: Any, inputs: dict[str, Any], per_token_logps: torch.Tensor, entropies: torch.Tensor, **step: Any
+) -> LossOutput:
+    """Our loss of one micro-batch under ``config`` (a :class:`~trl_loo_gspo.LooGspoConfig`): the objective it
+    resolves to (:func:`~trl_loo_gspo.config.objective.resolve`, the one resolution), the micro-batch's
+    :class:`LossStep` (:meth:`LossStep.of_batch` with the step's scalars ``step``) and :func:`own_loss` of it."""
+    objective = resolve(config)
+    loss_step = LossStep.of_batch(objective, inputs, per_token_logps, entropies, **step)
+    return own_loss(loss_step)
 
 
 def eval_denominator(mask: torch.Tensor, reduce_sum: Callable[[torch.Tensor], torch.Tensor], column: int) -> float:

@@ -22,10 +22,9 @@ import torch
 from trl import GRPOTrainer
 
 from ..algorithms.advantages import ADVANTAGE_ESTIMATORS
-from ..algorithms.losses import ClipRange
 from ..algorithms.noise import fresh_round
 from ..algorithms.step_accounting import IDX, StepAccounting
-from ..config import LooGspoConfig
+from ..config import LooGspoConfig, Objective
 from .budget import RolloutTokenBudget, RunPlan
 from .checkpoints import resolve_checkpoint
 from .checks import (
@@ -47,7 +46,7 @@ from .generation import (
     restore_per_batch_metrics,
     take_extra_logs,
 )
-from .loss import LossStep, eval_denominator, own_loss
+from .loss import batch_loss, eval_denominator
 from .process import ProcessFeedback
 from .publishing import Publisher
 from .reference_kl import ReferenceKL
@@ -108,10 +107,10 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         args = checked_construction(model, reward_funcs, args, rest, kwargs)  # before the model is loaded
         with args.resolved_for_trl():  # TRL's constructor checks the objective that trains, not the unset fields
             super().__init__(model, reward_funcs, args, *rest, **kwargs)
-        # The objective, resolved once: TRL's __init__ read the user's fields (None = unset); the attributes TRL's
-        # hooks read are set from the resolved objective, which the loss, the card and the logs read too (epsilon_high
-        # below, with entropy feedback's k).
-        objective = self.objective = args.objective
+        # TRL's __init__ read the user's fields (None = unset); the attributes TRL's hooks read are set from the
+        # resolved objective, which the loss, the card and the logs read too (epsilon_high below, with entropy
+        # feedback's k), each through the one resolution of the config (`objective`).
+        objective = args.objective
         self.loss_type, self.scale_rewards = objective.loss_type, objective.scale_rewards
         self.importance_sampling_level, self.epsilon_low = objective.importance_sampling_level, objective.epsilon_low
         check_launch(self)
@@ -370,11 +369,12 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             return self._own_loss(model, inputs) if self.objective.uses_own_loss else self._trl_loss(model, inputs)
 
     def _own_loss(self, model, inputs):
-        """Our loss: :func:`own_loss` of the micro-batch's :class:`LossStep`; the step's accounting records it."""
+        """Our loss: :func:`batch_loss` of the micro-batch (config → objective → :class:`LossStep` → :func:`own_loss`);
+        the step's accounting records it."""
         training = self.model.training
         per_token_logps, entropies, aux_loss = self._policy_logps(model, inputs)
         fresh = training and fresh_round(int(inputs.get("round_step", -1)), self.state.global_step)
-        out = own_loss(self._loss_step(inputs, per_token_logps, entropies, training, fresh))
+        out = batch_loss(self.args, inputs, per_token_logps, entropies, **self._step_scalars(inputs, training, fresh))
         loss = out.loss
         if self.aux_loss_enabled:
             normalizer = self.current_gradient_accumulation_steps if training else 1.0
@@ -391,19 +391,23 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             log_eval_loss_stats(self._metrics["eval"], out.stats, out.extrema, self.accelerator, kl, guard)
         return loss
 
-    def _loss_step(self, inputs, per_token_logps, entropies, training: bool, fresh: bool) -> LossStep:
-        """The one place the loss's value is built: the objective, the current clip range, β, the step's global
-        denominator (training) or the batch's (evaluation), the world size and the batch."""
+    @property
+    def objective(self) -> Objective:
+        """The objective the config resolves to (``self.args.objective``, i.e.
+        :func:`trl_loo_gspo.config.objective.resolve`): the one resolution that the loss (:func:`batch_loss`), the
+        card and the registration record read."""
+        return self.args.objective
+
+    def _step_scalars(self, inputs, training: bool, fresh: bool) -> dict[str, Any]:
+        """The trainer's part of the loss's value (:meth:`LossStep.of_batch`): the current clip range, β, the step's
+        global denominator (training) or the batch's (evaluation), the world size; the objective comes from the
+        config (:func:`batch_loss`)."""
         column = self._count_column()
         reduce_sum = lambda counts: self.accelerator.reduce(counts, reduction="sum")  # noqa: E731
-        return LossStep.of_batch(
-            inputs,
-            per_token_logps,
-            entropies,
+        return dict(
             vllm_weights=self.use_vllm and self.vllm_importance_sampling_correction,
-            policy_loss=self.objective.policy_loss,
-            loss_aggregation=self.objective.loss_aggregation,
-            clip=ClipRange(self.epsilon_low, self.epsilon_high, self.objective.log_ratio_clamp),
+            epsilon_low=self.epsilon_low,
+            epsilon_high=self.epsilon_high,
             beta=self.beta,
             bias_correction_kl=self.args.use_bias_correction_kl,
             denominator=self._accounting.denominator

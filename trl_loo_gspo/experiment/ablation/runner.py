@@ -198,9 +198,11 @@ def run_ablation(plan: AblationPlan, runner=run_one, reuse_stale: bool = False) 
     if common_jobs and not reuse_stale:
         _refuse_stale(plan, [(name, seed, path, prov) for name, _, _, seed, path, prov, _ in common_jobs])
     # the common-rate runs need only the sweep: a worker goes on to them while others finish the study's last runs
-    study_done = _execute(plan, jobs, runner, split)
-    common_done = _execute(plan, common_jobs, runner, split) if common_jobs else True
-    if not (study_done and common_done):
+    _execute(plan, jobs, runner, split)
+    if common_jobs:
+        _execute(plan, common_jobs, runner, split)
+    # asked after both phases: a study run another worker held when this one left the study may be finished now
+    if not all(job[4].exists() for job in [*jobs, *common_jobs]):
         return None  # still being trained by another process: the one that finishes last writes the outputs
     records = [json.loads(job[4].read_text()) for job in jobs]
     common_records = [json.loads(job[4].read_text()) for job in common_jobs] if plan.common_rate is not None else None
