@@ -139,6 +139,29 @@ def test_the_worker_that_finishes_last_writes_the_report_though_it_left_the_stud
     assert ("validation", "full-k-mean", 1, 3e-4) not in calls  # trained by the other worker only
 
 
+def test_a_common_rate_run_trains_in_its_own_folder_not_in_the_study_runs(tmp_path):
+    """Two workers may train ``runs/full/seed0`` and its common-rate twin at once: they must not share a trainer
+    folder (a recipe's checkpoints would collide); runners without ``output_dir`` are still called as before."""
+    from trl_loo_gspo.experiment.ablation.plan import demo_args, demo_task
+
+    plan = bases_plan(tmp_path, common_rate=1e-4)
+    base = sweep_runner([], BEST)
+    folders: dict = {}
+
+    def runner(plan, name, overrides, is_baseline, seed, progress, split="validation", **kwargs):
+        folders[(name, overrides["learning_rate"], split, seed)] = kwargs.get("output_dir")
+        return base(plan, name, overrides, is_baseline, seed, progress, split)
+
+    assert run_ablation(plan, runner)
+    assert folders[("full", 1e-4, "validation", 0)] == str(tmp_path / "out" / "common-rate" / "full" / "seed0")
+    assert folders[("full", 3e-4, "validation", 0)] is None  # the study's run: the default folder
+    assert folders[("grpo", 1e-4, "validation", 0)] is None  # grpo chose the common rate: its study run stands
+    task = demo_task(plan, 0)[0]
+    args = demo_args(plan, "full", {"learning_rate": 1e-4}, False, 0, task, output_dir=str(tmp_path / "elsewhere"))
+    assert args.output_dir == str(tmp_path / "elsewhere")
+    assert demo_args(plan, "full", {}, False, 0, task).output_dir == str(tmp_path / "out" / "runs" / "full" / "seed0")
+
+
 def test_common_rate_runs_take_their_own_evaluation_spacing_and_the_study_runs_keep_theirs(tmp_path):
     """The common-rate comparison reads only the final point: with ``common_rate_eval_every_tokens`` its own runs
     evaluate at that spacing (their provenance says so), while a study run that stands for one keeps the study's."""

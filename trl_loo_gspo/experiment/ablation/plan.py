@@ -231,14 +231,26 @@ def demo_task(plan: AblationPlan, seed: int) -> tuple[Any, Any]:
 
 
 def demo_args(
-    plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, task: Any, tuning: bool = False
+    plan: AblationPlan,
+    name: str,
+    overrides: dict,
+    is_baseline: bool,
+    seed: int,
+    task: Any,
+    tuning: bool = False,
+    output_dir: str | None = None,
 ) -> Any:
     """The ``LooGspoConfig`` of one run on a built-in demo task: the demo's settings, then ``common``, then the run's
-    overrides; ``LooGspoConfig.stock_trl`` for a stock baseline."""
+    overrides; ``LooGspoConfig.stock_trl`` for a stock baseline. ``output_dir``: the trainer's folder (default: the
+    record's path without ``.json``)."""
     from ...config import LooGspoConfig
     from ...demo.run import DemoConfig, common_args
 
-    out = run_path(plan, name, seed, overrides.get("learning_rate") if tuning else None).with_suffix("")
+    out = (
+        Path(output_dir)
+        if output_dir
+        else run_path(plan, name, seed, overrides.get("learning_rate") if tuning else None).with_suffix("")
+    )
     settings = common_args(DemoConfig(output_dir=str(out), seed=seed), out)
     if plan.task in ("demo-multistep", "demo-mixed"):
         settings["max_completion_length"] = task.max_new_tokens
@@ -258,9 +270,16 @@ def run_path(plan: AblationPlan, name: str, seed: int, sweep_lr: float | None = 
 
 
 def recipe_args(
-    plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, extra_flags: list[str] | None = None
+    plan: AblationPlan,
+    name: str,
+    overrides: dict,
+    is_baseline: bool,
+    seed: int,
+    extra_flags: list[str] | None = None,
+    output_dir: str | None = None,
 ):
-    """(script_args, training args, model_args) of one run of a recipe ablation.
+    """(script_args, training args, model_args) of one run of a recipe ablation; ``output_dir``: the trainer's
+    folder (default ``runs/<variant>/seed<k>``).
 
     Variants: the recipe's ``LooGspoConfig`` plus ``common`` plus the variant's overrides. Stock baseline:
     ``LooGspoConfig.stock_trl`` (TRL's loss and defaults on the same trainer) with the recipe's values for every
@@ -275,7 +294,7 @@ def recipe_args(
     from ...config.objective import FIELDS as OBJECTIVE_FIELDS
     from ..build import make_parser
 
-    out = Path(plan.output_dir) / "runs" / name / f"seed{seed}"
+    out = output_dir or Path(plan.output_dir) / "runs" / name / f"seed{seed}"
     argv = ["--config", str(plan.recipe), *plan.recipe_overrides, "--output_dir", str(out), "--seed", str(seed)]
     argv += ["--eval_every_tokens", str(plan.eval_every_tokens), "--eval_samples", str(plan.eval_samples)]
     argv += extra_flags or []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import json
 import math
 import os
@@ -29,12 +30,14 @@ def run_one(
     progress=None,
     split: str = "validation",
     eval_every_tokens: int | None = None,
+    output_dir: str | None = None,
 ) -> dict:
     """Train one (variant, seed) to the token budget; evaluate along the way on ``split`` (``"validation"``, or
     ``"tuning"`` for a learning-rate sweep run: :mod:`.sweep`, the sweep's budget) every ``eval_every_tokens``
-    (default: the plan's spacing for ``split``); return the record."""
+    (default: the plan's spacing for ``split``); return the record. ``output_dir``: the trainer's folder (default:
+    the record's path without ``.json``; a common-rate run gets its own, beside its record)."""
     build = _build_recipe_run if plan.task == "recipe" else _build_demo_run
-    trainer, validation_cb, verifier, extra = build(plan, name, overrides, is_baseline, seed, split)
+    trainer, validation_cb, verifier, extra = build(plan, name, overrides, is_baseline, seed, split, output_dir)
     if eval_every_tokens is not None:  # (the common-rate runs: compared on their final point only)
         validation_cb.every_tokens = validation_cb.next_checkpoint = int(eval_every_tokens)
     budget = sweep_budget(plan) if split == "tuning" else plan.rollout_tokens
@@ -43,7 +46,9 @@ def run_one(
     )
 
 
-def _build_demo_run(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, split: str):
+def _build_demo_run(
+    plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, split: str, output_dir: str | None
+):
     """A built-in demo task: its warm-started policy (cached), its exact verifier (with span signals for the
     multi-step task, used only when a run sets ``process_advantage_coef``), scored on ``split``."""
     from ...demo.policy import PolicySpec, load_or_build_policy
@@ -55,7 +60,7 @@ def _build_demo_run(plan: AblationPlan, name: str, overrides: dict, is_baseline:
     train, validation = task.splits()
     if split == "tuning":
         validation = task.tuning_split()
-    args = demo_args(plan, name, overrides, is_baseline, seed, task, tuning=split == "tuning")
+    args = demo_args(plan, name, overrides, is_baseline, seed, task, tuning=split == "tuning", output_dir=output_dir)
     trainer = _trainer_cls()(
         model=copy.deepcopy(policy),
         reward_funcs=[verifier],
@@ -79,13 +84,15 @@ def _trainer_cls():
     return LooGspoTrainer
 
 
-def _build_recipe_run(plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, split: str):
+def _build_recipe_run(
+    plan: AblationPlan, name: str, overrides: dict, is_baseline: bool, seed: int, split: str, output_dir: str | None
+):
     """A recipe task: model, data, verifier and validation split from a ``trl-loo-gspo train`` recipe YAML."""
     from ...trainer.validation import ValidationCallback
     from ..build import build_trainer
 
     stock = is_baseline and plan.stock_baseline
-    script_args, training_args, model_args = recipe_args(plan, name, overrides, stock, seed)
+    script_args, training_args, model_args = recipe_args(plan, name, overrides, stock, seed, output_dir=output_dir)
     trainer = build_trainer(script_args, training_args, model_args)
     validation_cb = next(cb for cb in trainer.callback_handler.callbacks if isinstance(cb, ValidationCallback))
     return trainer, validation_cb, validation_cb.verifier, {"recipe": str(plan.recipe)}
@@ -259,6 +266,8 @@ def _execute(plan: AblationPlan, jobs: list, runner, split: str) -> bool:
                 report_tokens = functools.partial(_update, progress, current)
                 every = spacing[0] if spacing else None
                 extra = {} if every is None else {"eval_every_tokens": every}
+                if spacing and path != run_path(plan, name, seed) and _takes_output_dir(runner):
+                    extra["output_dir"] = str(path.with_suffix(""))  # a common-rate run: not the study run's folder
                 record = runner(plan, name, overrides, is_baseline, seed, report_tokens, **kwargs, **extra)
                 record["provenance"] = provenance
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -270,6 +279,12 @@ def _execute(plan: AblationPlan, jobs: list, runner, split: str) -> bool:
                 lock.release()
             progress.advance(overall)
     return all(job[4].exists() for job in jobs)
+
+
+def _takes_output_dir(runner) -> bool:
+    """Whether ``runner`` accepts ``output_dir`` (:func:`run_one` does; runners written before it existed do not)."""
+    parameters = inspect.signature(runner).parameters.values()
+    return any(p.name == "output_dir" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def _refuse_stale(plan: AblationPlan, records: list[tuple[str, int, Path, dict]]) -> None:
