@@ -28,6 +28,7 @@ contradictory combinations are refused, and the message names both fields.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,12 +69,16 @@ _NO_UPPER_CLIP = ("sapo", "vespo")
 _ABSOLUTE_UPPER_CLIP = ("cispo",)
 
 
+@functools.cache
+def _grpo_fields() -> dict[str, dataclasses.Field]:
+    """``GRPOConfig``'s fields by name (read once: :func:`resolve` runs for every read of an objective)."""
+    return {f.name: f for f in dataclasses.fields(GRPOConfig)}
+
+
 def trl_default(name: str) -> Any:
-    """``GRPOConfig``'s default value of field ``name``."""
-    for f in dataclasses.fields(GRPOConfig):
-        if f.name == name:
-            return f.default_factory() if f.default is dataclasses.MISSING else f.default
-    raise KeyError(name)
+    """``GRPOConfig``'s default value of field ``name`` (a fresh object for a field with a default factory)."""
+    f = _grpo_fields()[name]
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
 def trl_loss_options(config: Any) -> list[str]:

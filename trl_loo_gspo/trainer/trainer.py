@@ -402,17 +402,18 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         """The trainer's part of the loss's value (:meth:`LossStep.of_batch`): the current clip range, β, the step's
         global denominator (training) or the batch's (evaluation), the world size; the objective comes from the
         config (:func:`batch_loss`)."""
-        column = self._count_column()
-        reduce_sum = lambda counts: self.accelerator.reduce(counts, reduction="sum")  # noqa: E731
+        if training:
+            denominator = self._accounting.denominator
+        else:  # an evaluation batch's own count, reduced over processes now
+            reduce_sum = lambda counts: self.accelerator.reduce(counts, reduction="sum")  # noqa: E731
+            denominator = eval_denominator(loss_mask(inputs), reduce_sum, self._count_column())
         return dict(
             vllm_weights=self.use_vllm and self.vllm_importance_sampling_correction,
             epsilon_low=self.epsilon_low,
             epsilon_high=self.epsilon_high,
             beta=self.beta,
             bias_correction_kl=self.args.use_bias_correction_kl,
-            denominator=self._accounting.denominator
-            if training
-            else eval_denominator(loss_mask(inputs), reduce_sum, column),
+            denominator=denominator,
             world_size=self.accelerator.num_processes,
             measure_noise=fresh and inputs.get("old_per_token_logps") is not None,
         )
