@@ -120,7 +120,7 @@ def test_the_worker_that_finishes_last_writes_the_report_though_it_left_the_stud
     calls: list = []
     base = sweep_runner(calls, BEST)
 
-    def runner(plan, name, overrides, is_baseline, seed, progress, split="validation"):
+    def runner(plan, name, overrides, is_baseline, seed, progress, split="validation", **_common_rate):
         record = base(plan, name, overrides, is_baseline, seed, progress, split)
         if (split, name, overrides["learning_rate"]) == ("validation", "full", 1e-4) and holder.poll() is None:
             # meanwhile the other worker finishes the study run it held, writes its record and exits
@@ -141,7 +141,7 @@ def test_the_worker_that_finishes_last_writes_the_report_though_it_left_the_stud
 
 def test_a_common_rate_run_trains_in_its_own_folder_not_in_the_study_runs(tmp_path):
     """Two workers may train ``runs/full/seed0`` and its common-rate twin at once: they must not share a trainer
-    folder (a recipe's checkpoints would collide); runners without ``output_dir`` are still called as before."""
+    folder (a recipe's checkpoints would collide)."""
     from trl_loo_gspo.experiment.ablation.plan import demo_args, demo_task
 
     plan = bases_plan(tmp_path, common_rate=1e-4)

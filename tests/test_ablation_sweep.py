@@ -94,7 +94,7 @@ def test_a_bad_sweep_or_task_fails_at_construction_naming_the_field(tmp_path, ch
 def sweep_runner(calls: list, best: dict[str, float]):
     """A fake runner: a run's score peaks at its variant's ``best`` learning rate; validation runs record the rate."""
 
-    def runner(plan, name, overrides, is_baseline, seed, progress, split="validation"):
+    def runner(plan, name, overrides, is_baseline, seed, progress, split="validation", **_common_rate):
         lr = overrides["learning_rate"]
         calls.append((split, name, seed, lr))
         score = 0.5 - abs(lr - best[name]) * 100 + 0.001 * seed

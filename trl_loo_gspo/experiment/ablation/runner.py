@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import inspect
 import json
 import math
 import os
@@ -266,8 +265,8 @@ def _execute(plan: AblationPlan, jobs: list, runner, split: str) -> bool:
                 report_tokens = functools.partial(_update, progress, current)
                 every = spacing[0] if spacing else None
                 extra = {} if every is None else {"eval_every_tokens": every}
-                if spacing and path != run_path(plan, name, seed) and _takes_output_dir(runner):
-                    extra["output_dir"] = str(path.with_suffix(""))  # a common-rate run: not the study run's folder
+                if spacing and path != run_path(plan, name, seed):  # a common-rate run: not the study run's folder
+                    extra["output_dir"] = str(path.with_suffix(""))
                 record = runner(plan, name, overrides, is_baseline, seed, report_tokens, **kwargs, **extra)
                 record["provenance"] = provenance
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -279,12 +278,6 @@ def _execute(plan: AblationPlan, jobs: list, runner, split: str) -> bool:
                 lock.release()
             progress.advance(overall)
     return all(job[4].exists() for job in jobs)
-
-
-def _takes_output_dir(runner) -> bool:
-    """Whether ``runner`` accepts ``output_dir`` (:func:`run_one` does; runners written before it existed do not)."""
-    parameters = inspect.signature(runner).parameters.values()
-    return any(p.name == "output_dir" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def _refuse_stale(plan: AblationPlan, records: list[tuple[str, int, Path, dict]]) -> None:
