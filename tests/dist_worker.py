@@ -57,6 +57,9 @@ def run_case(model_dir: str, out: str, overrides: dict, task: str, expect_proces
     trainer.train()
     unwrapped = trainer.accelerator.unwrap_model(trainer.model)
     delta = {k: (v.detach() - before[k]) for k, v in unwrapped.named_parameters()}
+    # every process's clip range at the end (the controller must move it alike on every rank)
+    epsilons = [[trainer.epsilon_low, trainer.epsilon_high]]
+    epsilons = trainer.accelerator.gather(torch.tensor(epsilons, dtype=torch.float64)).tolist()
     if trainer.accelerator.is_main_process:
         torch.save(
             {
@@ -65,6 +68,7 @@ def run_case(model_dir: str, out: str, overrides: dict, task: str, expect_proces
                 "processes": trainer.accelerator.num_processes,
                 "logs": trainer.state.log_history,
                 "prompts": list(trainer._logs["prompt"]),
+                "epsilons": epsilons,
             },
             out,
         )

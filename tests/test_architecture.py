@@ -4,6 +4,7 @@ can hold, and the trainer's seams (one override per TRL hook; components with a 
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -238,6 +239,8 @@ def test_no_dead_config_or_batch_key_is_left():
     assert not hasattr(LooGspoConfig, "effective_epsilon_high")  # ε_high: trainer.epsilon_high, entropy.py's formula
     trainer_code = (PACKAGE / "trainer" / "trainer.py").read_text()
     assert 'output["group_ids"]' not in trainer_code  # group ids stay in RoundData; nothing read them in the batch
-    formula = "self.entropy_feedback.epsilon_high(self.objective.epsilon_high)"
-    assigned = [line.strip() for line in trainer_code.splitlines() if "self.epsilon_high =" in line]
-    assert assigned and all(line == f"self.epsilon_high = {formula}" for line in assigned), assigned
+    # the clip range the losses read is set from one formula (trainer/clip.py: ClipControl.epsilons), nowhere else
+    formula = "self.epsilon_low, self.epsilon_high = self.clip_control.epsilons(self.entropy_feedback"
+    sets = re.compile(r"self\.epsilon_(low|high)\b[^=]*=[^=]")
+    assigned = [line.strip() for line in trainer_code.splitlines() if sets.search(line)]
+    assert len(assigned) == 3 and all(line.startswith(formula) for line in assigned), assigned

@@ -53,6 +53,37 @@ def test_guard_must_be_wider_than_the_clip_range():
         make(epsilon=0.2, epsilon_high=0.3, log_ratio_clamp=0.25)
 
 
+_CONTROLLED = dict(clip_target_fraction=0.15, steps_per_generation=4, gradient_accumulation_steps=1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"clip_target_fraction": 0.0}, "clip_target_fraction must be in"),
+        ({"clip_target_fraction": 1.0}, "clip_target_fraction must be in"),
+        ({"loss_type": "grpo"}, "clip_target_fraction chooses the clip range of our loss's sequence ratio"),
+        ({"loss_type": "loo_gspo", "importance_sampling_level": "token"}, "importance_sampling_level=.token."),
+        ({"clip_controller_gain": -1.0}, "clip_controller_gain"),
+        ({"clip_controller_max_step": 0.0}, "clip_controller_max_step"),
+        ({"clip_controller_ema": 1.0}, "clip_controller_ema"),
+        ({"clip_epsilon_bounds": [1e-3, 0.5]}, "clip_epsilon_bounds"),  # 3e-4 outside the bounds
+        ({"clip_epsilon_bounds": [1e-5, 1.0]}, "clip_epsilon_bounds"),
+        ({"steps_per_generation": 1}, "needs off-policy updates"),
+        ({"steps_per_generation": 2, "gradient_accumulation_steps": 2}, "needs off-policy updates"),
+        ({"log_ratio_clamp": 0.5}, "top of clip_epsilon_bounds"),  # ε may reach 0.5: -log(0.5) = 0.69
+    ],
+)
+def test_the_clip_controller_refuses_what_it_cannot_control(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make(**{**_CONTROLLED, **kwargs})
+
+
+def test_the_clip_controller_accepts_its_settings():
+    args = make(**_CONTROLLED, log_ratio_clamp=1.0, num_iterations=1)
+    assert args.clip_target_fraction == 0.15 and args.objective.epsilon_low == 3e-4  # the objective's start
+    make(clip_target_fraction=0.15, steps_per_generation=1, gradient_accumulation_steps=1, num_iterations=2)
+
+
 def test_trainer_rejects_a_plain_grpo_config_with_the_fix():
     args = GRPOConfig(output_dir="/tmp/loo-gspo-test", use_cpu=True, bf16=False, report_to=[])
     with pytest.raises(TypeError, match="LooGspoConfig"):

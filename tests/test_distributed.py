@@ -2,6 +2,7 @@
 batch: the loss denominator is one global token count across processes and accumulation steps."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -58,6 +59,20 @@ CASES = {
     "one-entropy": (
         1,
         dict(per_device_train_batch_size=16, gradient_accumulation_steps=1, steps_per_generation=1, **_FEEDBACK),
+        "parity",
+    ),
+    # the clip-range controller: S = 4, GA = 2 → two optimizer steps per round, each over both processes' rows
+    "two-clip": (
+        2,
+        dict(
+            per_device_train_batch_size=4,
+            gradient_accumulation_steps=2,
+            steps_per_generation=4,
+            clip_target_fraction=0.15,
+            epsilon=0.01,
+            epsilon_high=0.02,
+            max_steps=4,
+        ),
         "parity",
     ),
     "two-process": (
@@ -167,3 +182,26 @@ def test_process_feedback_with_a_group_split_across_processes(runs):
     assert max(v.abs().max().item() for v in single["delta"].values()) > 1e-3
     for name, expected in single["delta"].items():
         torch.testing.assert_close(dist["delta"][name], expected, rtol=0, atol=1e-5, msg=f"parameter {name}")
+
+
+def test_the_clip_controller_measures_the_global_step_and_moves_every_rank_alike(runs):
+    """The clipped fraction the controller reads is over both processes and both micro-batches of the step (16
+    answers), and the range it sets is the same on every rank (replayed here from the logged global fractions)."""
+    from trl_loo_gspo.algorithms.controllers import ClipControllerState, clip_controller_step
+
+    run = runs["two-clip"]
+    logs = [h for h in run["logs"] if "loss" in h]
+    assert [h["clip/round_position"] for h in logs] == [0.0, 1.0, 0.0, 1.0]
+    assert all(h["clip/answers"] == 16 for h in logs)  # 2 processes x 2 micro-batches x 4 rows
+    offpolicy = [h for h in logs if h["clip/round_position"] == 1.0]
+    assert all(h["clip/offpolicy_answers"] > 8 for h in offpolicy)  # more than one rank's share
+    state, expected = ClipControllerState(log_epsilon=math.log(0.01)), []
+    for h in logs:
+        state = clip_controller_step(
+            state, h.get("clip/offpolicy_fraction", math.nan), 0.15, 2.0, 0.5, (1e-5, 0.5), 0.5
+        )
+        expected.append(math.exp(state.log_epsilon))
+    assert [h["clip/epsilon_low"] for h in logs] == pytest.approx(expected, rel=1e-12)
+    assert expected[-1] != 0.01  # the controller moved
+    (a, b) = run["epsilons"]
+    assert a == b == pytest.approx([expected[-1], 2 * expected[-1]], rel=1e-12)

@@ -77,6 +77,7 @@ class StepAccounting:
         self.update_time = 0.0  # seconds of forward/backward in the step (generation excluded)
         self.noise: list[torch.Tensor] = []  # algorithms.noise rows of the step's micro-batches of a fresh round
         self.noise_exact: bool | None = None  # fresh round: True without an old-log-prob pass (noise 0), else False
+        self.clip_rows: list[torch.Tensor] = []  # algorithms.clip_stats rows of the step's micro-batches (our loss)
 
     def begin(self, first: int, n: int, column: int | None) -> None:
         """Start an optimizer step; ``column`` selects the denominator count (0 tokens, 1 answers; ``None``: the
@@ -90,11 +91,18 @@ class StepAccounting:
         self.update_time = 0.0
         self.noise = []
         self.noise_exact = None
+        self.clip_rows = []
 
-    def add(self, stats: torch.Tensor, extrema: torch.Tensor | None = None) -> None:
+    def add(
+        self, stats: torch.Tensor, extrema: torch.Tensor | None = None, clip_rows: torch.Tensor | None = None
+    ) -> None:
+        """A micro-batch's sums, ratio extrema and per-answer clip rows
+        (:func:`~trl_loo_gspo.algorithms.clip_stats.clip_rows`; our loss only)."""
         self.stats += stats
         if extrema is not None:
             self.extrema = torch.maximum(self.extrema, extrema)
+        if clip_rows is not None:
+            self.clip_rows.append(clip_rows)
 
     def add_noise(self, rows: torch.Tensor | None) -> None:
         """A micro-batch of a fresh round: its noise rows, or ``None`` when its old log-probs were the loss pass's own

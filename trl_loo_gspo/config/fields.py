@@ -22,24 +22,6 @@ from .precision import resolve_bf16
 # The objective's fields GRPOConfig defines (TRL's constructor reads and checks these).
 _TRL_OBJECTIVE_FIELDS = ("loss_type", "scale_rewards", "importance_sampling_level", "epsilon", "epsilon_high")
 
-#: A clip bound at least this large is token-scale: the length-normalised sequence ratio rarely leaves 1 ± 1e-2.
-TOKEN_SCALE_EPSILON = 0.01
-
-
-def epsilon_scale_notice(resolved: Objective) -> str | None:
-    """The warning for a token-scale clip range (>= 0.01) on the sequence-level ratio, else None."""
-    if resolved.importance_sampling_level != "sequence" or resolved.loss_type in ("cispo", "sapo", "vespo"):
-        return None  # (cispo reads epsilon_high as an absolute cap; sapo and vespo have no clip range)
-    if max(resolved.epsilon_low, resolved.epsilon_high) < TOKEN_SCALE_EPSILON:
-        return None
-    return (
-        f"epsilon={resolved.epsilon_low:g}, epsilon_high={resolved.epsilon_high:g} is a token-scale clip range, but "
-        "importance_sampling_level='sequence' clips the length-normalised sequence ratio s_i, which rarely leaves "
-        "1 ± 1e-2: this range clips almost nothing, so a measured clip fraction (clip_ratio/region_answers) near 0 "
-        "means the clip is inactive, not that the policy stayed close to the old one. GSPO's values are "
-        "epsilon=3e-4, epsilon_high=4e-4 (the defaults when both are unset); docs/method.md §3.2."
-    )
-
 
 @dataclass
 class LooGspoConfig(GRPOConfig):
@@ -72,8 +54,9 @@ class LooGspoConfig(GRPOConfig):
             non-zero spread.
 
     Objective-dependent defaults (resolved at construction, see :mod:`trl_loo_gspo.config.objective`): with the default
-    `loss_type="loo_gspo"`, `epsilon=3e-4`, `epsilon_high=4e-4` (GSPO's values: sequence ratios are
-    length-normalised, so token-level values such as 0.2 clip almost nothing), `importance_sampling_level=
+    `loss_type="loo_gspo"`, `epsilon=3e-4`, `epsilon_high=4e-4` (GSPO's published values, set for a 30B model and
+    long answers: how far s_i moves per round depends on the run, so re-choose them, or set `clip_target_fraction`;
+    docs/method.md, "Choosing ε"), `importance_sampling_level=
     "sequence"`, `scale_rewards="none"`, `advantage_estimator="loo"`, `loss_aggregation="token_total"`. With any TRL
     `loss_type` these fields take `GRPOConfig`'s defaults and TRL computes the loss and the advantages, so
     `LooGspoConfig(loss_type=X)` trains what `GRPOConfig(loss_type=X)` trains, plus the additions switched on here.
@@ -241,6 +224,42 @@ class LooGspoConfig(GRPOConfig):
         default=0.0, metadata={"help": "No change of k while |H* - H| <= this (nats per token)."}
     )
 
+    # A clip range chosen from the run (docs/method.md, "Choosing ε").
+    clip_target_fraction: float | None = field(
+        default=None,
+        metadata={
+            "help": "Choose the sequence clip range from the run: a controller moves epsilon and epsilon_high "
+            "together (their ratio kept) so that this fraction of the off-policy answers with a non-zero advantage "
+            "lands on the clipped branch (measured over the global optimizer step; logged as "
+            "clip/offpolicy_fraction). epsilon / epsilon_high are the starting point; entropy_feedback widens the "
+            "controlled epsilon_high. In (0, 1), e.g. 0.15. None = off (a fixed clip range). Needs our loss with "
+            "the sequence ratio and off-policy steps (steps_per_generation x num_iterations >= 2 x "
+            "gradient_accumulation_steps)."
+        },
+    )
+    clip_controller_gain: float = field(
+        default=2.0,
+        metadata={
+            "help": "Step of the clip-range controller in log(epsilon) per unit of error: log eps += gain * "
+            "(smoothed fraction - clip_target_fraction), at most clip_controller_max_step per optimizer step."
+        },
+    )
+    clip_controller_max_step: float = field(
+        default=0.5,
+        metadata={"help": "Largest change of log(epsilon) per optimizer step (0.5: a factor of 1.65)."},
+    )
+    clip_controller_ema: float = field(
+        default=0.5,
+        metadata={"help": "EMA weight of the measured clipped fraction, in [0, 1): 0 = react to each step alone."},
+    )
+    clip_epsilon_bounds: list[float] = field(
+        default_factory=lambda: [1e-5, 0.5],
+        metadata={
+            "help": "[min, max] of the controlled epsilon (the lower bound; epsilon_high moves with it at the "
+            "configured ratio). 0 < min <= epsilon <= max < 1."
+        },
+    )
+
     reference_kl_logging_steps: int | None = field(
         default=None,
         metadata={
@@ -311,8 +330,9 @@ class LooGspoConfig(GRPOConfig):
     epsilon: float | None = field(
         default=None,
         metadata={
-            "help": "Lower clip bound ε_low (method §3.2). None = 3e-4 with our loss (GSPO: sequence ratios "
-            "are length-normalised, so token-level values such as 0.2 clip almost nothing), TRL's 0.2 otherwise."
+            "help": "Lower clip bound ε_low (method §3.2). None = 3e-4 with our loss (GSPO's published value, set "
+            "for a 30B model and answers of thousands of tokens: re-choose it for your run, or let "
+            "clip_target_fraction choose it; docs/method.md, 'Choosing ε'), TRL's 0.2 otherwise."
         },
     )
     epsilon_high: float | None = field(
@@ -356,9 +376,6 @@ class LooGspoConfig(GRPOConfig):
                 "set only one of them."
             )
         self._validate()
-        notice = epsilon_scale_notice(self.objective)
-        if notice is not None:
-            warnings.warn(notice, stacklevel=3)
 
     @property
     def objective(self) -> Objective:
@@ -408,6 +425,39 @@ class LooGspoConfig(GRPOConfig):
         high = 2 * self.num_generations if self.max_generations is None else self.max_generations
         return low, high
 
+    def _validate_clip_controller(self, resolved: Objective) -> None:
+        """The clip-range controller's fields (docs/method.md, "Choosing ε")."""
+        target = self.clip_target_fraction
+        if target is None:
+            return
+        if not 0.0 < target < 1.0:
+            raise ValueError(f"clip_target_fraction must be in (0, 1) (e.g. 0.15) or None, got {target}.")
+        if not resolved.uses_own_loss or resolved.importance_sampling_level != "sequence":
+            raise ValueError(
+                "clip_target_fraction chooses the clip range of our loss's sequence ratio (loss_type='loo_gspo', "
+                f"importance_sampling_level='sequence'); this config resolves to loss_type={resolved.loss_type!r}, "
+                f"importance_sampling_level={resolved.importance_sampling_level!r}. Set clip_target_fraction=None, "
+                "or use our loss."
+            )
+        if self.clip_controller_gain < 0 or not self.clip_controller_max_step > 0:
+            raise ValueError("clip_controller_gain must be >= 0 and clip_controller_max_step > 0.")
+        if not 0.0 <= self.clip_controller_ema < 1.0:
+            raise ValueError(f"clip_controller_ema must be in [0, 1), got {self.clip_controller_ema}.")
+        bounds = self.clip_epsilon_bounds
+        if len(bounds) != 2 or not 0.0 < bounds[0] <= resolved.epsilon_low <= bounds[1] < 1.0:
+            raise ValueError(
+                f"clip_epsilon_bounds must be [min, max] with 0 < min <= epsilon ({resolved.epsilon_low:g}) <= max "
+                f"< 1, got {bounds}."
+            )
+        steps_per_round = self.steps_per_generation * self.num_iterations // self.gradient_accumulation_steps
+        if steps_per_round < 2:
+            raise ValueError(
+                "clip_target_fraction needs off-policy updates, but every optimizer step trains on a fresh generation "
+                f"round (steps_per_generation={self.steps_per_generation} x num_iterations={self.num_iterations} / "
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps} < 2): the ratio is 1 and the clip "
+                "never acts. Raise steps_per_generation or num_iterations, or set clip_target_fraction=None."
+            )
+
     def _validate(self) -> None:
         """Reject invalid or unsupported combinations with a message naming the field and the fix."""
         resolved = objective.resolve(self)  # refuses contradictions of the objective's fields
@@ -431,15 +481,21 @@ class LooGspoConfig(GRPOConfig):
             raise ValueError("process_divergence_window must be >= 2 and process_divergence_margin >= 0.")
         if self.reference_kl_logging_steps is not None and self.reference_kl_logging_steps < 1:
             raise ValueError(f"reference_kl_logging_steps must be >= 1, got {self.reference_kl_logging_steps}.")
+        self._validate_clip_controller(resolved)
         widening = self.entropy_k_max if self.entropy_feedback else 0.0
         if self.log_ratio_clamp is not None and resolved.uses_own_loss:
-            widest = max(math.log1p(resolved.epsilon_high + widening), -math.log1p(-resolved.epsilon_low))
+            epsilon_low, epsilon_high = resolved.epsilon_low, resolved.epsilon_high
+            if self.clip_target_fraction is not None:  # the controller may widen the range up to its bound
+                widest_low = self.clip_epsilon_bounds[1]
+                epsilon_low, epsilon_high = widest_low, epsilon_high * widest_low / epsilon_low
+            widest = max(math.log1p(epsilon_high + widening), -math.log1p(-epsilon_low))
             if not self.log_ratio_clamp > widest:
                 raise ValueError(
                     f"log_ratio_clamp={self.log_ratio_clamp} must be wider than the clip range in the log domain "
                     f"(> {widest:.6g} = max(log(1+epsilon_high+k_max), -log(1-epsilon)), k_max = entropy_k_max when "
-                    "entropy_feedback is on), otherwise the guard would clip "
-                    "inside the clip range. Use a wide value such as 1.0, or None to disable."
+                    "entropy_feedback is on, epsilon at the top of clip_epsilon_bounds when clip_target_fraction is "
+                    "set), otherwise the guard would clip inside the clip range. Use a wide value such as 1.0, or "
+                    "None to disable."
                 )
         if self.group_filter not in GROUP_FILTERS:
             raise ValueError(f"group_filter={self.group_filter!r} is not one of {GROUP_FILTERS}.")

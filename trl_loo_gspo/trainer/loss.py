@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from ..algorithms.aggregation import agg_loss, row_losses
-from ..algorithms.losses import LOSSES, ClipRange, k3_kl, sequence_log_ratio
+from ..algorithms.clip_stats import clip_rows
+from ..algorithms.losses import LOSSES, ClipRange, PolicyLoss, k3_kl, sequence_log_ratio
 from ..algorithms.noise import noise_rows
 from ..config.objective import Objective, resolve
 from .rows import loss_mask
@@ -27,7 +28,8 @@ class LossStep:
     ``denominator`` is the global count (tokens, or answers for a per-answer aggregation) of the optimizer step in
     training, of the batch in evaluation; ``world_size`` the number of processes sharing it. ``measure_noise``: the
     micro-batch belongs to a fresh round and the old log-probs came from their own pass with the same weights (its
-    sequence ratios are numerical noise, metrics ``noise/*``)."""
+    sequence ratios are numerical noise, metrics ``noise/*``); ``round_position`` the optimizer steps since the
+    micro-batch's generation round (0 on its first step; docs/metrics.md, "Where the clip bites")."""
 
     policy_loss: str
     loss_aggregation: str
@@ -45,6 +47,7 @@ class LossStep:
     process_advantages: torch.Tensor | None = None
     importance_weights: torch.Tensor | None = None
     ref_per_token_logps: torch.Tensor | None = None
+    round_position: int = 0
 
     @classmethod
     def of_batch(
@@ -89,13 +92,15 @@ class LossStep:
 @dataclass(frozen=True)
 class LossOutput:
     """The loss of one micro-batch (this rank's share over the global denominator, times the world size) and what
-    the step records: the sums and ratio extrema (:func:`~trl_loo_gspo.trainer.step.loss_stats`) and, when
-    ``measure_noise``, the :func:`~trl_loo_gspo.algorithms.noise.noise_rows`."""
+    the step records: the sums and ratio extrema (:func:`~trl_loo_gspo.trainer.step.loss_stats`), the per-answer
+    :func:`~trl_loo_gspo.algorithms.clip_stats.clip_rows` and, when ``measure_noise``, the
+    :func:`~trl_loo_gspo.algorithms.noise.noise_rows`."""
 
     loss: torch.Tensor
     stats: torch.Tensor
     extrema: torch.Tensor
     noise: torch.Tensor | None
+    clip_rows: torch.Tensor | None = None
 
 
 def own_loss(step: LossStep) -> LossOutput:
@@ -123,7 +128,22 @@ def own_loss(step: LossStep) -> LossOutput:
     # §3.3 this rank's share of Σ T_i ℓ_i / (global token count of the optimizer step)
     loss = agg_loss(rows, lengths, step.loss_aggregation, step.denominator) * step.world_size
     stats, extrema = loss_stats(policy, lengths, mask.to(step.per_token_logps.dtype), step.entropies, per_token_kl)
-    return LossOutput(loss, stats, extrema, noise)
+    rows_of_answers = answer_clip_rows(policy, step.advantages, mask, step.round_position)
+    return LossOutput(loss, stats, extrema, noise, rows_of_answers)
+
+
+@torch.no_grad()
+def answer_clip_rows(policy: PolicyLoss, advantages: torch.Tensor, mask: torch.Tensor, position: int) -> torch.Tensor:
+    """The micro-batch's :func:`~trl_loo_gspo.algorithms.clip_stats.clip_rows`: the ratio the loss clipped and its
+    own clip decisions (a per-token loss: the answer's clipped tokens)."""
+    lengths = mask.sum(-1).to(torch.float64)
+    if policy.token_clipped_low is None:  # one decision per answer: all or none of its tokens
+        clipped_tokens = lengths * (policy.clipped_low | policy.clipped_high)
+    else:
+        clipped_tokens = ((policy.token_clipped_low | policy.token_clipped_high) & mask.bool()).sum(-1)
+    # the log of the ratio the loss clipped (s_i after the optional guard); an under- or overflowed s_i stays finite
+    log_ratio = torch.log(policy.ratio.detach().to(torch.float64).clamp(1e-300, 1e300))
+    return clip_rows(log_ratio, advantages, lengths, policy.clipped_low, policy.clipped_high, clipped_tokens, position)
 
 
 def batch_loss(

@@ -128,6 +128,7 @@ def summary_rows(log_history: list[dict[str, Any]], trainer: Any) -> list[tuple[
         ("unscorable answers (mean)", fmt(_mean(training, "rewards/frac_unscorable"))),
         ("filtered fraction (mean)", fmt(_mean(training, "sampling/frac_filtered"))),
     ]
+    rows += clip_rows(trainer)
     reason = trainer.nothing_trained() if hasattr(trainer, "nothing_trained") else None
     if reason:
         rows.insert(0, ("TRAINED NOTHING", reason))
@@ -145,6 +146,38 @@ def summary_rows(log_history: list[dict[str, Any]], trainer: Any) -> list[tuple[
                 f"{fmt(_first(evals, 'eval/pass_at_1'))} → {fmt(_last(evals, 'eval/pass_at_1'))}",
             )
         )
+    return rows
+
+
+def clip_rows(trainer: Any) -> list[tuple[str, str]]:
+    """Where the clip bit over the run (our loss: the run's tally), for the summary; none for TRL's loss."""
+    control = getattr(trainer, "clip_control", None)
+    if control is None or not control.tally:
+        return []
+    stats = control.summary()
+    offpolicy, every = stats["offpolicy"], stats["all"]
+
+    def share(value: float | None) -> str:
+        return "—" if value is None else f"{value:.1%}"
+
+    def magnitude(value: float | None) -> str:
+        return "—" if value is None else f"{value:.2e}"
+
+    by_position = ", ".join(
+        f"{p}: {share(f['clipped_fraction'])}" for p, f in stats["by_position"].items() if int(p) >= 1
+    )
+    rows = [
+        ("clipped off-policy answers (Â ≠ 0)", share(offpolicy["clipped_fraction"])),
+        ("… by step in round", by_position or "— (no off-policy step)"),
+        (
+            "|log s_i| off-policy (p50 / p90)",
+            f"{magnitude(offpolicy['abs_log_ratio_p50'])} / {magnitude(offpolicy['abs_log_ratio_p90'])}",
+        ),
+        ("answers that carried a gradient", f"{every['gradient_answers']:,} of {every['answers']:,}"),
+        ("clip range at the end", f"[1 - {stats['epsilon_low']:.3g}, 1 + {stats['epsilon_high']:.3g}]"),
+    ]
+    if stats["target_fraction"] is not None:
+        rows.append(("clip target (controller)", share(stats["target_fraction"])))
     return rows
 
 

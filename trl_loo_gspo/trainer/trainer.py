@@ -35,6 +35,7 @@ from .checks import (
     check_runtime_support,
     checked_construction,
 )
+from .clip import ClipControl
 from .entropy import EntropyFeedback
 from .forward import ForwardMixin
 from .generation import (
@@ -112,7 +113,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         # feedback's k), each through the one resolution of the config (`objective`).
         objective = args.objective
         self.loss_type, self.scale_rewards = objective.loss_type, objective.scale_rewards
-        self.importance_sampling_level, self.epsilon_low = objective.importance_sampling_level, objective.epsilon_low
+        self.importance_sampling_level = objective.importance_sampling_level
         check_launch(self)
         check_runtime_support(self)
         self.checks = RewardChecks(len(self.reward_funcs))
@@ -137,7 +138,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         self.process_feedback = ProcessFeedback(args, list(self.reward_funcs), self.processing_class, self.accelerator)
         self.reference_kl = ReferenceKL(args, self.beta, self.model, self.accelerator)
         self.entropy_feedback = EntropyFeedback(args)
-        self.epsilon_high = self.entropy_feedback.epsilon_high(self.objective.epsilon_high)
+        self.clip_control = ClipControl(args, objective.epsilon_low, objective.epsilon_high, self.accelerator)
+        self.epsilon_low, self.epsilon_high = self.clip_control.epsilons(self.entropy_feedback)
         self.counters = TokenCounters()
         self._accounting = StepAccounting(args.steps_per_generation, self.num_iterations, self.accelerator.device)
         self._generation_time = 0.0  # cumulative seconds spent in generation + scoring
@@ -349,6 +351,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             guard = self.objective.log_ratio_clamp is not None
             log_loss_stats(metrics, stats, closed.extrema, self.beta != 0.0, guard)
             metrics["tokens/loss_denominator"].append(closed.denominator)
+            # where the clip bites, and with clip_target_fraction the controller's move (rows of every process)
+            self.clip_control.close_step(metrics, step.clip_rows, self.state.global_step + 1)
         if step.noise:  # the step's micro-batches of a round generated with these weights (every process alike)
             self.ratio_noise.log(metrics, step.noise, self.epsilon_low, self.epsilon_high, self.state.global_step)
         elif step.noise_exact:  # no old-log-prob pass: 0 by construction, over the step's (reduced) answers
@@ -357,8 +361,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             entropy = float(stats[IDX["entropy_sum"]]) / max(float(stats[IDX["tokens"]]), 1.0)
             for name, value in self.entropy_feedback.update(entropy).items():
                 metrics[name].append(value)
-            self.epsilon_high = self.entropy_feedback.epsilon_high(self.objective.epsilon_high)
-            metrics["entropy_feedback/epsilon_high"].append(self.epsilon_high)
+        # §5.1 the next step's range: the configured or controlled one, ε_high widened by entropy feedback's k
+        self.epsilon_low, self.epsilon_high = self.clip_control.epsilons(self.entropy_feedback, metrics)
         metrics["timing/update_s"].append(step.update_time)
         step.end()
         return loss
@@ -383,7 +387,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
                 self.accelerator.gather(aux_loss.detach()).mean().item()
             )
         if training:
-            self._accounting.add(out.stats, out.extrema)
+            self._accounting.add(out.stats, out.extrema, out.clip_rows)
             if fresh:  # same weights as the old-log-prob pass (none without that pass: noise 0 by construction)
                 self._accounting.add_noise(out.noise)
         else:
@@ -416,6 +420,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             denominator=denominator,
             world_size=self.accelerator.num_processes,
             measure_noise=fresh and inputs.get("old_per_token_logps") is not None,
+            round_position=max(self.state.global_step - int(inputs.get("round_step", -1)), 0) if training else 0,
         )
 
     def _trl_loss(self, model, inputs):
@@ -435,6 +440,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             "counters": self.counters,
             "sampler": self.sampler,
             "entropy_feedback": self.entropy_feedback,
+            "clip_range": self.clip_control,
             "reference_kl": self.reference_kl,
             "process_feedback": self.process_feedback,
         }
@@ -451,7 +457,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         for name, part in self.components().items():
             if state.get(name) is not None:
                 part.load_state_dict(state[name])
-        self.epsilon_high = self.entropy_feedback.epsilon_high(self.objective.epsilon_high)
+        self.epsilon_low, self.epsilon_high = self.clip_control.epsilons(self.entropy_feedback)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         # Runs after Trainer loaded trainer_state.json (and, if asked, rebuilt the callbacks from it).

@@ -142,6 +142,7 @@ def report(
     lines += common_rate_section(plan, _by_name(common_records or []))
     lines += sweep_section(plan, sweep_records or [])
     lines += diagnostics_section(by_name)
+    lines += clip_section(by_name)
     lines += [
         "",
         "Caveats (method §5.2): every run had the same budget of *generated* tokens, which does not mean the same "
@@ -236,6 +237,9 @@ DIAGNOSTICS = (
     ("filtered_fraction", "filtered", ".3f"),
     ("clip_fraction", "clip fraction", ".4f"),
     ("clip_fraction_tokens", "clipped tokens", ".4f"),
+    ("offpolicy_clip_fraction", "clipped off-policy", ".3f"),
+    ("gradient_answers", "grad. answers", ",.0f"),
+    ("epsilon_low_final", "final ε_low", ".2g"),
     ("group_size_mean", "K mean", ".2f"),
     ("group_size_sd", "K sd", ".2f"),
     ("truncation", "truncated", ".3f"),
@@ -262,8 +266,11 @@ def diagnostics_section(by_name: dict[str, dict[int, dict]]) -> list[str]:
         "(`sampling/frac_filtered`, dynamic sampling only), clip fraction (answers on a clipped branch — with our "
         "token-level loss, answers with a clipped token; token-level for TRL's losses), clipped tokens (the "
         "token-weighted fraction, every loss), K mean / sd (answers per prompt; the sd is 0 unless K varies), "
-        "truncated (`completions/clipped_ratio`), entropy (nats/token); then the run's optimizer "
-        "steps, generated and effective tokens (tokens of answers with a non-zero advantage) and wall time.",
+        "truncated (`completions/clipped_ratio`), entropy (nats/token); clipped off-policy (answers with a "
+        "non-zero advantage on a clipped branch, of those trained on after the first step of their round), grad. "
+        "answers (answers that carried a gradient: Â ≠ 0 and not clipped) and final ε_low (our loss only); then the "
+        "run's optimizer steps, generated and effective tokens (tokens of answers with a non-zero advantage, "
+        "clipped or not) and wall time.",
         "",
         "| variant | " + " | ".join(title for _, title, _ in DIAGNOSTICS) + " |",
         "|---|" + "---|" * len(DIAGNOSTICS),
@@ -271,6 +278,43 @@ def diagnostics_section(by_name: dict[str, dict[int, dict]]) -> list[str]:
     for name, runs in by_name.items():
         lines.append(f"| {name} | " + " | ".join(mean(runs, key, spec) for key, _, spec in DIAGNOSTICS) + " |")
     return lines
+
+
+def clip_section(by_name: dict[str, dict[int, dict]]) -> list[str]:
+    """Where each variant's clip bit, by the step's position in its generation round (runs of our loss only: the
+    records' ``clip_stats``): the clipped fraction of answers with Â ≠ 0 and the p90 of |log s_i|, means over seeds.
+    Empty when no run kept them."""
+    rows: list[str] = []
+    for name, runs in by_name.items():
+        stats = [r["clip_stats"] for r in runs.values() if r.get("clip_stats")]
+        positions = sorted({p for st in stats for p in st["by_position"]}, key=int)
+        for position in positions:
+            figures = [st["by_position"][position] for st in stats if position in st["by_position"]]
+
+            def mean(key: str, spec: str, figures=figures) -> str:
+                values = [f[key] for f in figures if isinstance(f.get(key), (int, float))]
+                return format(sum(values) / len(values), spec) if values else "—"
+
+            rows.append(
+                f"| {name} | {position} | {mean('clipped_fraction', '.3f')} | {mean('upper_fraction', '.3f')} | "
+                f"{mean('lower_fraction', '.3f')} | {mean('abs_log_ratio_p50', '.2e')} | "
+                f"{mean('abs_log_ratio_p90', '.2e')} | {mean('gradient_answers', ',.0f')} |"
+            )
+    if not rows:
+        return []
+    return [
+        "",
+        "## Where the clip bites (our loss; means over seeds)",
+        "",
+        "By the optimizer step's position in its generation round (0: the round's first step, where s_i = 1 up to "
+        "numerical noise): clipped (answers with Â ≠ 0 on a clipped branch), upper / lower (of the answers with "
+        "Â > 0 / Â < 0), |log s_i| median and p90 (the run's histogram, within a factor 1.12), answers that carried "
+        "a gradient.",
+        "",
+        "| variant | position | clipped | upper | lower | \\|log s\\| p50 | \\|log s\\| p90 | grad. answers |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
 
 
 def process_section(records: list[dict]) -> list[str]:

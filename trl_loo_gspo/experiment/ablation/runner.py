@@ -136,6 +136,7 @@ def _train_to_budget(budget, trainer, validation_cb, verifier, name, overrides, 
         if "clip_ratio/region_answers" in (logs[0] if logs else {})
         else mean_of("clip_ratio/region_mean"),
         "clip_fraction_tokens": mean_of("clip_ratio/region_mean"),  # token-weighted, every loss (TRL's name)
+        **clip_record(trainer),
         "group_size_mean": mean_of("groups/size_mean"),
         "group_size_sd": mean_of("groups/size_sd"),
         "entropy": mean_of("entropy"),
@@ -151,6 +152,22 @@ def _train_to_budget(budget, trainer, validation_cb, verifier, name, overrides, 
             if "process/signal_mean" in h
         ],
         **extra,
+    }
+
+
+def clip_record(trainer) -> dict:
+    """Where the run's clip bit (docs/metrics.md, "Where the clip bites"): the run's tally by position in the
+    generation round and its headline figures; ``None`` for a loss TRL computes (it keeps no per-answer decisions)."""
+    control = getattr(trainer, "clip_control", None)
+    stats = control.summary() if control is not None and control.tally else None
+    offpolicy = stats["offpolicy"] if stats else {}
+    return {
+        "clip_stats": stats,
+        "offpolicy_clip_fraction": offpolicy.get("clipped_fraction"),
+        "gradient_answers": stats["all"]["gradient_answers"] if stats else None,
+        "gradient_tokens": stats["all"]["gradient_tokens"] if stats else None,
+        "epsilon_low_final": stats["epsilon_low"] if stats else None,
+        "epsilon_high_final": stats["epsilon_high"] if stats else None,
     }
 
 
