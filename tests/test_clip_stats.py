@@ -215,11 +215,13 @@ class OneProcess:
 def control(**fields):
     args = dict(
         clip_target_fraction=None,
-        clip_controller_gain=2.0,
         clip_controller_max_step=0.5,
         clip_controller_ema=0.5,
         clip_epsilon_bounds=[1e-5, 0.5],
         max_completion_length=6,
+        steps_per_generation=4,
+        num_iterations=1,
+        gradient_accumulation_steps=1,
     )
     args.update(fields)
     return ClipControl(SimpleNamespace(**args), 0.2, 0.25, OneProcess())
@@ -247,7 +249,16 @@ def test_the_controlled_range_keeps_its_asymmetry_and_round_trips():
         clip.close_step(metrics, [worked_rows(position=1)], step)  # 50% clipped: widen
     low, high = clip.base
     assert low > 0.2 and high / low == pytest.approx(0.25 / 0.2)
-    assert metrics["clip/target_fraction"] == [0.15] * 3 and len(metrics["clip/measured_fraction"]) == 3
+    assert metrics["clip/target_fraction"] == [0.15] * 3 and metrics["clip/measured_fraction"] == [0.5] * 3
+    # the margins at ratio 1.25: (1.1 − 1)/1.25, (1.3 − 1)/1.25, 1 − 0.9, 1 − 0.7; ε̂ = the 0.85 quantile of the
+    # margins of the round's steps so far (1, 2, then 3 copies); the first calibrates, the next move half-way in log
+    margins = [0.1 / 1.25, 0.3 / 1.25, 0.1, 0.3]
+    estimates = [lerp_quantile(margins * k, 0.85) for k in (1, 2, 3)]
+    assert metrics["clip/epsilon_estimate"] == pytest.approx(estimates, rel=1e-12)
+    log_epsilon = math.log(estimates[0])
+    for estimate in estimates[1:]:
+        log_epsilon += 0.5 * (math.log(estimate) - log_epsilon)
+    assert low == pytest.approx(math.exp(log_epsilon), rel=1e-12)
     restored = control(clip_target_fraction=0.15)
     restored.load_state_dict(clip.state_dict())
     assert restored.base == clip.base and restored.summary() == clip.summary()

@@ -63,7 +63,6 @@ _CONTROLLED = dict(clip_target_fraction=0.15, steps_per_generation=4, gradient_a
         ({"clip_target_fraction": 1.0}, "clip_target_fraction must be in"),
         ({"loss_type": "grpo"}, "clip_target_fraction chooses the clip range of our loss's sequence ratio"),
         ({"loss_type": "loo_gspo", "importance_sampling_level": "token"}, "importance_sampling_level=.token."),
-        ({"clip_controller_gain": -1.0}, "clip_controller_gain"),
         ({"clip_controller_max_step": 0.0}, "clip_controller_max_step"),
         ({"clip_controller_ema": 1.0}, "clip_controller_ema"),
         ({"clip_epsilon_bounds": [1e-3, 0.5]}, "clip_epsilon_bounds"),  # 3e-4 outside the bounds

@@ -185,8 +185,8 @@ def test_process_feedback_with_a_group_split_across_processes(runs):
 
 
 def test_the_clip_controller_measures_the_global_step_and_moves_every_rank_alike(runs):
-    """The clipped fraction the controller reads is over both processes and both micro-batches of the step (16
-    answers), and the range it sets is the same on every rank (replayed here from the logged global fractions)."""
+    """The controller's estimate is over both processes and both micro-batches of the step (16 answers), and the
+    range it sets is the same on every rank (replayed here from the logged global estimates)."""
     from trl_loo_gspo.algorithms.controllers import ClipControllerState, clip_controller_step
 
     run = runs["two-clip"]
@@ -196,11 +196,9 @@ def test_the_clip_controller_measures_the_global_step_and_moves_every_rank_alike
     offpolicy = [h for h in logs if h["clip/round_position"] == 1.0]
     assert all(h["clip/offpolicy_answers"] > 8 for h in offpolicy)  # more than one rank's share
     state, expected = ClipControllerState(log_epsilon=math.log(0.01)), []
-    for h in logs:
-        state = clip_controller_step(
-            state, h.get("clip/offpolicy_fraction", math.nan), 0.15, 2.0, 0.5, (1e-5, 0.5), 0.5
-        )
-        expected.append(math.exp(state.log_epsilon))
+    for h in logs:  # the controller's moves, replayed from the logged global estimates
+        state = clip_controller_step(state, h.get("clip/epsilon_estimate", math.nan), 0.5, (1e-5, 0.5), 0.5)
+        expected.append(math.exp(state.log_epsilon) if state.updates else 0.01)
     assert [h["clip/epsilon_low"] for h in logs] == pytest.approx(expected, rel=1e-12)
     assert expected[-1] != 0.01  # the controller moved
     (a, b) = run["epsilons"]

@@ -71,7 +71,7 @@ echo "the only change to the test module:"
 diff "$WORK/stock/$MODULE" "$WORK/ours/$MODULE" || true
 [[ "$(diff "$WORK/stock/$MODULE" "$WORK/ours/$MODULE" | grep -c '^[<>]')" == 2 ]] || { echo "swap is not one line" >&2; exit 1; }
 
-# 2. Offline stand-ins for the Hub ids (models and the zen dataset) and pytest-timeout, outside the repo.
+# 2. Offline stand-ins for the Hub ids (models and the zen dataset), pytest-timeout and jmespath, outside the repo.
 HF="$WORK/hf-v$SMALL_VOCAB"
 if [[ ! -f "$HF/standins.json" ]]; then
   HF_HUB_OFFLINE=1 python "$HERE/build_standins.py" --trl-src "$WORK/stock" --hf-home "$HF" --small-vocab "$SMALL_VOCAB" \
@@ -80,6 +80,10 @@ if [[ ! -f "$HF/standins.json" ]]; then
 fi
 if ! python -c 'import pytest_timeout' 2>/dev/null && [[ ! -f "$WORK/pydeps/pytest_timeout.py" ]]; then
   python -m pip install -q --no-deps --target "$WORK/pydeps" pytest-timeout
+fi
+# jmespath: TRL's tool-calling tests skip without it (13 tests of the module), on stock and ours alike
+if ! python -c 'import jmespath' 2>/dev/null && [[ ! -d "$WORK/pydeps/jmespath" ]]; then
+  python -m pip install -q --no-deps --target "$WORK/pydeps" jmespath
 fi
 
 # 3. The runs.

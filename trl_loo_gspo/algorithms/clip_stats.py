@@ -110,6 +110,29 @@ def step_clip_summary(rows: torch.Tensor, edges: tuple[float, float]) -> dict[st
     return summary
 
 
+def clip_margins(rows: torch.Tensor, high_per_low: float, widening: float = 0.0) -> torch.Tensor:
+    """For each off-policy answer with ``Â_i ≠ 0`` of gathered :func:`clip_rows`: the largest ε_low at which it is on
+    its clipped branch, given ``ε_high = high_per_low · ε_low + widening`` (entropy feedback's k): ``(s_i − 1 −
+    widening) / high_per_low`` when ``Â_i > 0``, ``1 − s_i`` when ``Â_i < 0``; ``≤ 0`` when it moved against its
+    advantage (no ε clips it). 1-D float64, on the CPU."""
+    rows = rows[~torch.isnan(rows[:, COL["log_ratio"]])].to(torch.float64).cpu()
+    s, adv = torch.exp(rows[:, COL["log_ratio"]]), rows[:, COL["advantage"]]
+    offpolicy = (rows[:, COL["position"]] >= 1) & (adv != 0)
+    margins = torch.where(adv > 0, (s - 1.0 - widening) / high_per_low, 1.0 - s)
+    return margins[offpolicy]
+
+
+def epsilon_for_fraction(margins: torch.Tensor, target: float) -> float:
+    """The ε_low at which a fraction ``target`` of the answers of :func:`clip_margins` would be on the clipped branch:
+    the ``1 − target`` quantile of their margins (linear interpolation); NaN when there is none, or when fewer than
+    ``target`` moved towards their advantage (no ε > 0 clips that many)."""
+    if margins.numel() == 0:
+        return math.nan
+    # §5.1 ε̂: the margin exceeded by a fraction `target` of the off-policy answers
+    value = float(torch.quantile(margins, 1.0 - target))
+    return value if value > 0 else math.nan
+
+
 # --------------------------------------------------------------------------------------------- the run's tally
 #: |log s_i| histogram of the tally: 20 bins per decade from 1e-8 to 1e2 (bin 0 holds [0, 1e-8), the last bin
 #: everything above 1e2); its quantiles are read to within a factor 10^(1/20) ≈ 1.12 (written by hand: the tally

@@ -59,12 +59,10 @@ def entropy_controller_step(
 
 @dataclass(frozen=True)
 class ClipControllerState:
-    """The clip-range controller's state: ``log_epsilon`` = log ε_low (ε_high follows at the configured ratio),
-    ``fraction`` the smoothed clipped fraction last used (NaN before any measurement), ``updates`` the measured steps
-    so far."""
+    """The clip-range controller's state: ``log_epsilon`` = log ε_low (ε_high follows at the configured ratio) and
+    ``updates``, the estimates acted on so far (0: still the configured range)."""
 
     log_epsilon: float
-    fraction: float = math.nan
     updates: int = 0
 
     def to_dict(self) -> dict:
@@ -72,35 +70,35 @@ class ClipControllerState:
 
     @classmethod
     def from_dict(cls, state: dict) -> ClipControllerState:
-        return cls(
-            log_epsilon=float(state["log_epsilon"]), fraction=float(state["fraction"]), updates=int(state["updates"])
-        )
+        return cls(log_epsilon=float(state["log_epsilon"]), updates=int(state["updates"]))
 
 
 def clip_controller_step(
     state: ClipControllerState,
-    fraction: float,
-    target: float,
-    gain: float,
+    estimate: float,
     max_step: float,
     bounds: tuple[float, float],
     ema: float = 0.0,
 ) -> ClipControllerState:
-    """One optimizer step of the clip-range controller (docs/method.md, "Choosing ε: a clip range from the run").
+    """One update of the clip-range controller towards ``estimate``, the ε_low at which the measured answers would
+    have been clipped at the target fraction (:func:`~trl_loo_gspo.algorithms.clip_stats.epsilon_for_fraction`;
+    docs/method.md, "Choosing ε").
 
-    ``f̂ = ema·f̂_prev + (1 − ema)·fraction`` (the first measurement initialises it), then
-    ``log ε ← clip(log ε + clip(gain·(f̂ − f*), −max_step, max_step), log ε_min, log ε_max)``: a clipped fraction
-    above the target widens the range, below it narrows it, by at most ``max_step`` in log space per step and never
-    outside ``bounds = (ε_min, ε_max)``. A non-finite fraction (a step without off-policy answers) leaves the state
-    unchanged.
+    The first finite estimate calibrates: ``log ε ← log ε̂`` (within ``bounds``). Later ones smooth in log space,
+    ``log ε ← log ε + clip((1 − ema)·(log ε̂ − log ε), −max_step, max_step)``, within ``bounds = (ε_min, ε_max)``.
+    A non-finite estimate (no off-policy answer, or fewer answers moved towards their advantage than the target: no
+    ε clips that many) leaves the state unchanged.
     """
     low, high = bounds
-    if not (0.0 <= ema < 1.0) or gain < 0 or max_step < 0 or not 0.0 < target < 1.0 or not 0.0 < low <= high:
-        raise ValueError("need 0 <= ema < 1, gain >= 0, max_step >= 0, 0 < target < 1 and 0 < ε_min <= ε_max")
-    if not math.isfinite(fraction):
+    if not (0.0 <= ema < 1.0) or max_step < 0 or not 0.0 < low <= high:
+        raise ValueError("need 0 <= ema < 1, max_step >= 0 and 0 < ε_min <= ε_max")
+    if not (math.isfinite(estimate) and estimate > 0):
         return state
-    smoothed = fraction if math.isnan(state.fraction) else ema * state.fraction + (1.0 - ema) * fraction
-    # §5.1 clip range from the run: log ε += clip(gain·(f̂ − f*), ±max_step), kept inside [log ε_min, log ε_max]
-    move = min(max(gain * (smoothed - target), -max_step), max_step)
-    log_epsilon = min(max(state.log_epsilon + move, math.log(low)), math.log(high))
-    return ClipControllerState(log_epsilon=log_epsilon, fraction=smoothed, updates=state.updates + 1)
+    wanted = math.log(estimate)
+    if state.updates == 0:  # calibration: the first estimate is taken whole
+        log_epsilon = wanted
+    else:
+        # §5.1 clip range from the run: log ε moves (1 − ema) of the way to log ε̂, by at most max_step
+        log_epsilon = state.log_epsilon + min(max((1.0 - ema) * (wanted - state.log_epsilon), -max_step), max_step)
+    log_epsilon = min(max(log_epsilon, math.log(low)), math.log(high))
+    return ClipControllerState(log_epsilon=log_epsilon, updates=state.updates + 1)

@@ -228,29 +228,28 @@ class LooGspoConfig(GRPOConfig):
     clip_target_fraction: float | None = field(
         default=None,
         metadata={
-            "help": "Choose the sequence clip range from the run: a controller moves epsilon and epsilon_high "
-            "together (their ratio kept) so that this fraction of the off-policy answers with a non-zero advantage "
-            "lands on the clipped branch (measured over the global optimizer step; logged as "
-            "clip/offpolicy_fraction). epsilon / epsilon_high are the starting point; entropy_feedback widens the "
-            "controlled epsilon_high. In (0, 1), e.g. 0.15. None = off (a fixed clip range). Needs our loss with "
-            "the sequence ratio and off-policy steps (steps_per_generation x num_iterations >= 2 x "
-            "gradient_accumulation_steps)."
-        },
-    )
-    clip_controller_gain: float = field(
-        default=2.0,
-        metadata={
-            "help": "Step of the clip-range controller in log(epsilon) per unit of error: log eps += gain * "
-            "(smoothed fraction - clip_target_fraction), at most clip_controller_max_step per optimizer step."
+            "help": "Choose the sequence clip range from the run: after each optimizer step, the epsilon at which "
+            "this fraction of the last round's off-policy answers with a non-zero advantage would have been on the "
+            "clipped branch is estimated from their ratios (all processes), and epsilon / epsilon_high move towards "
+            "it together (their ratio kept; the first estimate is taken whole). epsilon / epsilon_high are the "
+            "starting point; entropy_feedback widens the controlled epsilon_high. In (0, 1), e.g. 0.15. None = off "
+            "(a fixed clip range). Needs our loss with the sequence ratio and off-policy steps "
+            "(steps_per_generation x num_iterations >= 2 x gradient_accumulation_steps)."
         },
     )
     clip_controller_max_step: float = field(
         default=0.5,
-        metadata={"help": "Largest change of log(epsilon) per optimizer step (0.5: a factor of 1.65)."},
+        metadata={
+            "help": "Largest change of log(epsilon) per optimizer step after the first estimate (0.5: a factor of "
+            "1.65)."
+        },
     )
     clip_controller_ema: float = field(
         default=0.5,
-        metadata={"help": "EMA weight of the measured clipped fraction, in [0, 1): 0 = react to each step alone."},
+        metadata={
+            "help": "Smoothing of the clip-range controller, in [0, 1): log(epsilon) moves (1 - ema) of the way to "
+            "the estimate per step. 0 = jump to each estimate (within clip_controller_max_step)."
+        },
     )
     clip_epsilon_bounds: list[float] = field(
         default_factory=lambda: [1e-5, 0.5],
@@ -439,8 +438,8 @@ class LooGspoConfig(GRPOConfig):
                 f"importance_sampling_level={resolved.importance_sampling_level!r}. Set clip_target_fraction=None, "
                 "or use our loss."
             )
-        if self.clip_controller_gain < 0 or not self.clip_controller_max_step > 0:
-            raise ValueError("clip_controller_gain must be >= 0 and clip_controller_max_step > 0.")
+        if not self.clip_controller_max_step > 0:
+            raise ValueError(f"clip_controller_max_step must be > 0, got {self.clip_controller_max_step}.")
         if not 0.0 <= self.clip_controller_ema < 1.0:
             raise ValueError(f"clip_controller_ema must be in [0, 1), got {self.clip_controller_ema}.")
         bounds = self.clip_epsilon_bounds

@@ -5,9 +5,9 @@
 Every micro-batch of our loss hands its per-answer rows (:func:`~trl_loo_gspo.algorithms.clip_stats.clip_rows`) to
 the step's accounting; when the optimizer step closes, :meth:`ClipControl.close_step` gathers the rows of all
 processes (two collectives, the same on every process), logs the step's figures, adds them to the run's tally, moves
-the controller (:func:`~trl_loo_gspo.algorithms.controllers.clip_controller_step`) on the global off-policy clipped
-fraction, and warns once when the measurements show a clip that zeroes most off-policy answers or almost none.
-"""
+the controller (:func:`~trl_loo_gspo.algorithms.controllers.clip_controller_step`) towards the ε that would have
+clipped the target fraction of the last round's off-policy answers (all processes), and warns once when the
+measurements show a clip that zeroes most off-policy answers or almost none."""
 
 from __future__ import annotations
 
@@ -18,7 +18,14 @@ from typing import Any
 
 import torch
 
-from ..algorithms.clip_stats import length_edges, step_clip_summary, tally_step, tally_summary
+from ..algorithms.clip_stats import (
+    clip_margins,
+    epsilon_for_fraction,
+    length_edges,
+    step_clip_summary,
+    tally_step,
+    tally_summary,
+)
 from ..algorithms.controllers import ClipControllerState, clip_controller_step
 
 logger = logging.getLogger(__name__)
@@ -84,8 +91,12 @@ class ClipControl:
     def __init__(self, args: Any, epsilon_low: float, epsilon_high: float, accelerator: Any) -> None:
         self.accelerator = accelerator
         self.target: float | None = args.clip_target_fraction
-        self.gain, self.max_step = args.clip_controller_gain, args.clip_controller_max_step
-        self.ema, self.bounds = args.clip_controller_ema, tuple(args.clip_epsilon_bounds)
+        self.max_step, self.ema = args.clip_controller_max_step, args.clip_controller_ema
+        self.bounds = tuple(args.clip_epsilon_bounds)
+        # the controller pools the margins of one round's off-policy steps: every position of the round, once
+        steps_per_round = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
+        self.recent: deque[dict[str, Any]] = deque(maxlen=max(steps_per_round - 1, 1))
+        self.widening = 0.0  # entropy feedback's k in the range last set (it widens the upper bound)
         self.start_low, self.start_high = epsilon_low, epsilon_high
         self.high_per_low = epsilon_high / epsilon_low if epsilon_low > 0 else 1.0
         self.edges = length_edges(args.max_completion_length or 1)
@@ -123,18 +134,35 @@ class ClipControl:
         tally_step(self.tally, rows, self.edges)
         fraction = summary["clip/offpolicy_fraction"]
         if self.controlled:
-            # §5.1 the controller reads the global off-policy clipped fraction (all processes and micro-batches)
-            self.state = clip_controller_step(
-                self.state, fraction, self.target, self.gain, self.max_step, self.bounds, self.ema
-            )
-            metrics["clip/target_fraction"].append(self.target)
-            if not math.isnan(self.state.fraction):
-                metrics["clip/measured_fraction"].append(self.state.fraction)
+            self._control(metrics, rows, summary)
         if not math.isnan(fraction):
             self.window.append({k: v for k, v in summary.items() if k.startswith("clip/offpolicy")})
             low = math.exp(self.state.log_epsilon)
             self.pinned.append(min(abs(low - b) / b for b in self.bounds) < 1e-9)
             self._warn(step)
+
+    def _control(self, metrics: dict[str, list], rows: torch.Tensor, summary: dict[str, float]) -> None:
+        """Move the controlled range: the ε_low at which the target fraction of the last round's off-policy answers
+        (this step's and the previous ones', up to one of each position) would have been clipped, estimated from
+        every process's rows, then :func:`clip_controller_step`."""
+        answers = summary["clip/offpolicy_answers"]
+        if answers > 0:
+            margins = clip_margins(rows, self.high_per_low, self.widening)
+            clipped = summary["clip/offpolicy_fraction"] * answers
+            self.recent.append({"margins": margins.tolist(), "clipped": clipped, "answers": answers})
+        metrics["clip/target_fraction"].append(self.target)
+        if not self.recent:
+            return
+        pooled = torch.tensor([m for entry in self.recent for m in entry["margins"]], dtype=torch.float64)
+        # §5.1 the estimate is global: the margins of all processes and micro-batches of the round's off-policy steps
+        estimate = epsilon_for_fraction(pooled, self.target)
+        if answers > 0:
+            self.state = clip_controller_step(self.state, estimate, self.max_step, self.bounds, self.ema)
+        metrics["clip/measured_fraction"].append(
+            sum(entry["clipped"] for entry in self.recent) / sum(entry["answers"] for entry in self.recent)
+        )
+        if not math.isnan(estimate):
+            metrics["clip/epsilon_estimate"].append(estimate)
 
     def epsilons(self, feedback: Any, metrics: dict[str, list] | None = None) -> tuple[float, float]:
         """``(ε_low, ε_high)`` the next step trains with (the losses, TRL's too, read the trainer's
@@ -142,8 +170,9 @@ class ClipControl:
         configured or controlled range (:attr:`base`), ε_high widened by entropy feedback (``feedback``, an
         :class:`~trl_loo_gspo.trainer.entropy.EntropyFeedback`; §5.1). At a step's end (``metrics``) it logs them:
         ``entropy_feedback/epsilon_high`` with the feedback on, ``clip/epsilon_*`` after a measured step."""
-        low, high = self.base
-        high = feedback.epsilon_high(high)
+        low, base_high = self.base
+        high = feedback.epsilon_high(base_high)
+        self.widening = high - base_high
         if metrics is not None:
             if feedback.on:
                 metrics["entropy_feedback/epsilon_high"].append(high)
@@ -183,6 +212,8 @@ class ClipControl:
     def state_dict(self) -> dict[str, Any]:
         return {
             "controller": self.state.to_dict(),
+            "recent": list(self.recent),
+            "widening": self.widening,
             "tally": self.tally,
             "window": list(self.window),
             "pinned": list(self.pinned),
@@ -191,6 +222,8 @@ class ClipControl:
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         self.state = ClipControllerState.from_dict(saved["controller"])
+        self.recent = deque(saved["recent"], maxlen=self.recent.maxlen)
+        self.widening = float(saved["widening"])
         self.tally = {k: dict(v) for k, v in saved["tally"].items()}
         self.window = deque(saved["window"], maxlen=WARNING_WINDOW)
         self.pinned = deque(saved["pinned"], maxlen=WARNING_WINDOW)
