@@ -30,23 +30,28 @@ def worked_rows(position: int = 2, epsilon_high: float = 0.25):
     """method §4's four answers (s = 1.1, 1.3, 0.9, 0.7; Â = ±2/3; T = 2, 4, 2, 4) through our loss at ε_low 0.2:
     the second answer is clipped at the upper bound (1.3 > 1.25), the fourth at the lower one (0.7 < 0.8)."""
     _, _, _, mask, logps, old_logps = spec_example()
-    step = LossStep(
-        policy_loss="response_clip",
+    advantages = torch.tensor([2 / 3, 2 / 3, -2 / 3, -2 / 3], dtype=F64)
+    return own_loss(loss_step(ClipRange(0.2, epsilon_high), logps, old_logps, advantages, mask, position)).clip_rows
+
+
+def loss_step(clip, logps, old_logps, advantages, mask, position, policy_loss="response_clip") -> LossStep:
+    """A micro-batch's value (trl_loo_gspo.trainer.loss.LossStep) with no KL, one process, the batch's own count."""
+    return LossStep(
+        policy_loss=policy_loss,
         loss_aggregation="token_total",
-        clip=ClipRange(0.2, epsilon_high),
+        clip=clip,
         beta=0.0,
         bias_correction_kl=False,
-        denominator=12.0,
+        denominator=float(mask.sum()),
         world_size=1,
         measure_noise=False,
         per_token_logps=logps,
         old_per_token_logps=old_logps,
-        advantages=torch.tensor([2 / 3, 2 / 3, -2 / 3, -2 / 3], dtype=F64),
+        advantages=advantages,
         mask=mask,
         entropies=torch.zeros_like(logps),
         round_position=position,
     )
-    return own_loss(step).clip_rows
 
 
 def lerp_quantile(values, q):
@@ -111,22 +116,8 @@ def test_padding_rows_are_not_answers_and_the_first_step_of_a_round_is_not_off_p
 def test_a_per_token_clip_counts_its_clipped_tokens_and_an_answer_keeps_its_other_tokens():
     old = torch.zeros(1, 3, dtype=F64)
     logps = torch.log(torch.tensor([[1.5, 1.0, 1.0]], dtype=F64))  # only the first token moved past 1 + 0.2
-    step = LossStep(
-        policy_loss="token_clip",
-        loss_aggregation="token_total",
-        clip=ClipRange(0.2, 0.2),
-        beta=0.0,
-        bias_correction_kl=False,
-        denominator=3.0,
-        world_size=1,
-        measure_noise=False,
-        per_token_logps=logps,
-        old_per_token_logps=old,
-        advantages=torch.tensor([1.0], dtype=F64),
-        mask=torch.ones(1, 3, dtype=torch.long),
-        entropies=torch.zeros_like(logps),
-        round_position=1,
-    )
+    mask, advantages = torch.ones(1, 3, dtype=torch.long), torch.tensor([1.0], dtype=F64)
+    step = loss_step(ClipRange(0.2, 0.2), logps, old, advantages, mask, 1, policy_loss="token_clip")
     summary = step_clip_summary(own_loss(step).clip_rows, length_edges(9))
     assert summary["clip/upper_fraction"] == 1.0  # an answer with a clipped token counts as clipped
     assert summary["clip/gradient_answers"] == 1.0 and summary["clip/gradient_tokens"] == 2.0  # but 2 tokens learn
