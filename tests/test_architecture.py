@@ -4,6 +4,7 @@ can hold, and the trainer's seams (one override per TRL hook; components with a 
 from __future__ import annotations
 
 import ast
+import graphlib
 import re
 import shutil
 import subprocess
@@ -98,37 +99,85 @@ def test_trainer_class_is_hook_wiring_of_a_readable_size():
     ]
     # 365: since issue 34 the trainer is the one place TRL's state is touched (the reward-list and rollout swaps,
     # the sampling round's layout, the replay's metrics and the loss's value moved in from the components), so it
-    # holds those lines; the components it delegates to hold no trainer (the test below).
-    assert len(code) <= 365, len(code)
+    # holds those lines; the components it delegates to hold no trainer (the test below). Issue 44 brings it back
+    # towards 300: the swaps around super() calls are scoped context managers (boundary.py), 362 -> 345.
+    assert len(code) <= 350, len(code)
 
 
 # Under trainer/, the modules that may reach into the trainer's or TRL's objects, and what for (docs/architecture.md):
 # forward.py is a mixin of the trainer class itself (TRL calls the forward helper from inside its own methods);
 # reporting.py reads the trackers' run handles off Transformers' integration callbacks.
-_TRAINER_PARTS = {"trainer.py", "forward.py"}
-_ALLOWED_PRIVATE = {("reporting.py", "_wandb"), ("reporting.py", "_trackio"), ("reporting.py", "_ml_flow")}
+_TRAINER_PARTS = {"trainer.py", "forward.py", "boundary.py"}  # boundary.py: the trainer's scoped swaps into TRL
+# Private names of objects that are not TRL's state, read on purpose: the trackers' run handles (reporting.py), a
+# model config's path (checks.py), a processor's text tokenizer (process.py), a dataset's content fingerprint
+# (publishing.py).
+_ALLOWED_PRIVATE = {
+    ("reporting.py", "_wandb"),
+    ("reporting.py", "_trackio"),
+    ("reporting.py", "_ml_flow"),
+    ("reporting.py", "_initialized"),
+    ("checks.py", "_name_or_path"),
+    ("process.py", "_tokenizer"),
+    ("publishing.py", "_fingerprint"),
+}
+# The registration record goes into the trackers' own run configs (reporting.py: RegistrationToTrackers).
+_ALLOWED_MUTATED = {("reporting.py", "callback._wandb.config"), ("reporting.py", "callback._trackio.config")}
 # A callback tells the Trainer what to do through the TrainerControl it is handed (Transformers' callback contract).
 _ALLOWED_ASSIGNED_BASES = {"control"}
 
 
+_MUTATING = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "add", "discard"}
+
+
+def _foreign(node: ast.expr) -> bool:
+    """An attribute chain that reaches past a component's own attributes: rooted at a name other than ``self`` /
+    ``cls`` (``trainer.state``), or two or more attributes deep from ``self`` (``self.trainer.state``)."""
+    depth = 0
+    while isinstance(node, ast.Attribute):
+        node, depth = node.value, depth + 1
+    own = isinstance(node, ast.Name) and node.id in ("self", "cls")
+    return depth >= 2 if own else depth >= 1
+
+
 def _touches(path: Path) -> list[str]:
-    """Where a module assigns an attribute of anything but ``self`` (the trainer, TRL's state, a TRL object), sets
-    one with ``setattr``, or reads a private attribute of anything but ``self`` (e.g. ``trainer._metrics``,
-    ``GRPOTrainer._generate``)."""
+    """Where a module changes or reaches into an object it does not own (the trainer, TRL's state, a TRL object):
+    assigns an attribute of anything but ``self``; writes into a container of an attribute chain past its own
+    attributes (``trainer.state.log_history[0] = …``); calls a mutating method on one (``trainer.callbacks.append``);
+    sets one with ``setattr``/``delattr``; reads a private attribute of anything but ``self``, directly or with
+    ``getattr(x, "_name")``; or opens an object with ``vars(x)`` / ``x.__dict__``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
+        where = f"{path.name}:{getattr(node, 'lineno', 0)}"
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
             base = node.value
             own = isinstance(base, ast.Name) and base.id in ("self", "cls")
             if not own and not (isinstance(base, ast.Name) and base.id in _ALLOWED_ASSIGNED_BASES):
-                found.append(f"{path.name}:{node.lineno} assigns {ast.unparse(node)}")
+                found.append(f"{where} assigns {ast.unparse(node)}")
+        elif isinstance(node, ast.Attribute) and node.attr == "__dict__":
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                found.append(f"{where} opens {ast.unparse(node)}")
         elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
             base = node.value
             if not (isinstance(base, ast.Name) and base.id in ("self", "cls")):
                 if (path.name, node.attr) not in _ALLOWED_PRIVATE:
-                    found.append(f"{path.name}:{node.lineno} reads {ast.unparse(node)}")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
-            found.append(f"{path.name}:{node.lineno} calls {node.func.id}")
+                    found.append(f"{where} reads {ast.unparse(node)}")
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)) and _foreign(node.value):
+            found.append(f"{where} writes into {ast.unparse(node.value)}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            name, args = node.func.id, node.args
+            if name in ("setattr", "delattr"):
+                found.append(f"{where} calls {name}")
+            elif name == "vars" and args:
+                found.append(f"{where} calls vars({ast.unparse(args[0])})")
+            elif name == "getattr" and len(args) >= 2 and isinstance(args[1], ast.Constant):
+                attr = args[1].value
+                private = isinstance(attr, str) and attr.startswith("_") and not attr.startswith("__")
+                if private and (path.name, attr) not in _ALLOWED_PRIVATE:
+                    found.append(f"{where} reads getattr(…, {attr!r})")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATING:
+            receiver = ast.unparse(node.func.value)
+            if _foreign(node.func.value) and (path.name, receiver) not in _ALLOWED_MUTATED:
+                found.append(f"{where} mutates {receiver}")
     return found
 
 
@@ -150,6 +199,13 @@ def test_only_the_trainer_touches_the_trainer_or_trl():
         "from trl import GRPOTrainer\ndef f(self):\n    GRPOTrainer._generate(self.trainer, [])\n",
         "def f(self):\n    return self.trainer._metrics['train']\n",
         "def f(trainer):\n    setattr(trainer, 'tools', None)\n",
+        "def f(trainer):\n    trainer.state.log_history[0] = {}\n",
+        "def f(self):\n    self.trainer.callback_handler.callbacks.append(None)\n",
+        "def f(trainer):\n    trainer.args.report_to.clear()\n",
+        "def f(trainer):\n    return vars(trainer)\n",
+        "def f(trainer):\n    trainer.__dict__['tools'] = None\n",
+        "def f(trainer):\n    return getattr(trainer, '_metrics')\n",
+        "def f(self):\n    del self.trainer.state.log_history[-1]\n",
     ],
 )
 def test_the_touch_check_catches_each_kind(tmp_path, snippet):
@@ -161,8 +217,9 @@ def test_the_touch_check_catches_each_kind(tmp_path, snippet):
 def test_the_touch_check_allows_a_components_own_state(tmp_path):
     path = tmp_path / "component.py"
     path.write_text(
-        "class C:\n    def f(self, control):\n        self.x = 1\n        self._y = 2\n"
-        "        control.should_log = True\n        return self._y\n"
+        "class C:\n    def f(self, control, metrics):\n        self.x = 1\n        self._y = 2\n"
+        "        control.should_log = True\n        self.recent.append(1)\n        self.tally['k'] = 1\n"
+        "        metrics['a'] = [1]\n        metrics['b'].append(2)\n        return getattr(self, 'x')\n"
     )
     assert _touches(path) == []
 
@@ -216,21 +273,55 @@ def test_every_component_round_trips_its_state(tmp_path):
     assert fresh.epsilon_high == trained.epsilon_high
 
 
-def _imports(path: Path) -> set[str]:
-    """The modules ``path`` imports (relative imports as written, e.g. ``.plan``), at any depth of the file."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            names.add("." * node.level + (node.module or ""))
-        elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-    return names
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, at any depth (function-level imports too; relative imports
+    resolved; ``from pkg import sub`` is an edge to the submodule when ``sub`` is one)."""
+
+    def name_of(path: Path) -> str:
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    modules = {name_of(path): path for path in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - max(node.level - 1, 0)] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module or ""
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    edges.add(sub if sub in modules else target)
+            elif isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names)
+        graph[name] = {edge for edge in edges if edge in modules and edge != name}
+    return graph
 
 
-def test_the_ablation_plan_and_sweep_do_not_import_each_other():
-    ablation = PACKAGE / "experiment" / "ablation"
-    assert ".sweep" in _imports(ablation / "plan.py")  # the plan checks its sweep section
-    assert not {".plan", "trl_loo_gspo.experiment.ablation.plan"} & _imports(ablation / "sweep.py")
+def import_cycle(root: Path) -> list[str] | None:
+    try:
+        list(graphlib.TopologicalSorter(import_graph(root)).static_order())
+    except graphlib.CycleError as err:
+        return err.args[1]
+    return None
+
+
+def test_no_import_cycle_at_any_depth():
+    """A deferred (function-level) import that closes a circle counts too (report.py ↔ runner.py did)."""
+    assert import_cycle(PACKAGE) is None, import_cycle(PACKAGE)
+
+
+def test_the_cycle_check_finds_a_deferred_circle(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "a.py").write_text("from . import b\n")
+    (package / "sub" / "b.py").write_text("def f():\n    from ..sub.a import g\n")
+    assert sorted(set(import_cycle(package))) == ["pkg.sub.a", "pkg.sub.b"]
+    (package / "sub" / "b.py").write_text("def f():\n    return 1\n")
+    assert import_cycle(package) is None
 
 
 def test_no_dead_config_or_batch_key_is_left():

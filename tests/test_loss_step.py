@@ -72,11 +72,17 @@ def test_a_trl_objective_is_not_computed_by_our_loss(tmp_path):
         batch_loss(config(tmp_path, loss_type="grpo"), inputs, logps, entropies, denominator=12.0, **SCALARS)
 
 
-def test_the_trainers_objective_is_the_configs_one_resolution(tmp_path):
+def test_the_trainers_objective_is_its_run_plans_one_resolution(tmp_path):
+    from trl_loo_gspo.trainer.budget import RunPlan
+
     cfg = config(tmp_path)
-    holder = SimpleNamespace(args=cfg)
-    assert LooGspoTrainer.objective.fget(holder) == cfg.objective
-    cfg.loss_aggregation = "sequence_mean"  # nothing else to keep in step: the trainer reads the config
+    bare = SimpleNamespace(args=cfg)  # a trainer built without __init__ (TRL's tests): the config's resolution
+    assert LooGspoTrainer.objective.fget(bare) == cfg.objective
+    holder = SimpleNamespace(args=cfg, run_plan=RunPlan.resolve(cfg))
+    assert LooGspoTrainer.objective.fget(holder) is holder.run_plan.objective == cfg.objective
+    cfg.loss_aggregation = "sequence_mean"  # a changed config trains from the next plan (train() resolves it again)
+    assert LooGspoTrainer.objective.fget(holder).loss_aggregation == "token_total"
+    holder.run_plan = RunPlan.resolve(cfg)
     assert LooGspoTrainer.objective.fget(holder).loss_aggregation == "sequence_mean"
 
 

@@ -110,3 +110,26 @@ def test_the_ablation_budget_stops_the_rounds_inside_a_step(tmp_path, monkeypatc
     record = runner.run_one(plan, "dyn", overrides, False, 0)
     assert record["steps"] == 1
     assert 40 <= record["generated_tokens"] < 40 + 16 * 4  # one round is at most 16 rows x 4 tokens
+
+
+@pytest.mark.slow
+def test_the_objective_is_resolved_once_per_run_not_per_step(tmp_path, monkeypatch):
+    """The run plan resolves the objective when training starts; no hook, loss or metric resolves it again (issue
+    44: 23 resolutions in 2 optimizer steps before)."""
+    from trl_loo_gspo.config import objective as objective_module
+    from trl_loo_gspo.trainer import loss as loss_module
+
+    trainer, _, _ = controlled_trainer(LooGspoTrainer, tmp_path, max_steps=2, steps_per_generation=4)
+    calls = []
+    original = objective_module.resolve
+
+    def counted(config):
+        calls.append(1)
+        return original(config)
+
+    monkeypatch.setattr(objective_module, "resolve", counted)
+    monkeypatch.setattr(loss_module, "resolve", counted)
+    trainer.train()
+    assert trainer.state.global_step == 2
+    assert len(calls) == 1  # RunPlan.resolve at the start of train(), then 0 per step
+    assert trainer.objective is trainer.run_plan.objective

@@ -190,15 +190,16 @@ def test_readmission_takes_the_oldest_filtered_prompts_first():
     assert schedule.readmit(registry, 10, 5) == [2, 5, 3]
 
 
-def test_refill_sampler_without_shuffle_cycles_in_dataset_order():
+def test_refill_sampler_without_shuffle_cycles_from_the_end_of_the_dataset():
+    """TRL serves 0, 1, … without shuffling: refill walks from the end, away from the batch and the next ones."""
     s = RefillSampler(5, seed=0, shuffle=False)
-    assert s.draw(7) == [0, 1, 2, 3, 4, 0, 1]
-    assert s.draw(4, exclude={3}) == [2, 4, 0, 1]
+    assert s.draw(7) == [4, 3, 2, 1, 0, 4, 3]
+    assert s.draw(4, exclude={1}) == [2, 0, 4, 3]
     state = json.loads(json.dumps(s.state_dict()))
     assert state == {"dataset_size": 5, "seed": 0, "shuffle": False, "epoch": 2, "cursor": 2}
     other_seed = RefillSampler(5, seed=123, shuffle=False)  # the seed plays no part without shuffling
     other_seed.load_state_dict(state)
-    assert other_seed.draw(3) == s.draw(3) == [2, 3, 4]
+    assert other_seed.draw(3) == s.draw(3) == [2, 1, 0]
     assert RefillSampler(5, seed=1, shuffle=False).draw(10) == RefillSampler(5, seed=2, shuffle=False).draw(10)
 
 

@@ -189,9 +189,11 @@ class RefillSampler:
     """Draws dataset indices for refill rounds: its own cursor over the dataset, cycling pass after pass.
 
     With ``shuffle`` (the default) each pass is a new permutation seeded by ``seed`` and the pass number; without it
-    each pass is the dataset order ``0, 1, …, n−1`` (the trainer's ``shuffle_dataset=False``) and ``seed`` plays no
-    part. Independent of the global RNG and of the Trainer's dataloader, so that every process draws the same indices
-    and a checkpoint can restore exactly where it was (:meth:`state_dict`).
+    (the trainer's ``shuffle_dataset=False``, where TRL serves the prompts in the order ``0, 1, …, n−1``) each pass
+    walks the dataset from its end, ``n−1, …, 0``, so that refill takes the prompts the train sampler reaches last in
+    the epoch rather than the batch being filled and the next ones; ``seed`` plays no part. Independent of the global
+    RNG and of the Trainer's dataloader, so that every process draws the same indices and a checkpoint can restore
+    exactly where it was (:meth:`state_dict`).
     """
 
     def __init__(self, dataset_size: int, seed: int, shuffle: bool = True) -> None:
@@ -205,8 +207,8 @@ class RefillSampler:
         self._order = self._pass_order(0)
 
     def _pass_order(self, epoch: int) -> list[int] | range:
-        if not self.shuffle:
-            return range(self.dataset_size)
+        if not self.shuffle:  # from the end: the train sampler serves 0, 1, … (issue 44, B3)
+            return range(self.dataset_size - 1, -1, -1)
         # unchanged since release 0.1: a saved state resumes the same permutation
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         return torch.randperm(self.dataset_size, generator=generator).tolist()

@@ -186,7 +186,8 @@ class LooGspoConfig(GRPOConfig):
         metadata={
             "help": "Stop training cleanly (checkpoint saved if saving is on, metrics logged) once the cumulative "
             "generated tokens reach this budget. Every generated token counts, filtered groups included; with "
-            "dynamic_sampling, a batch that reaches it draws no further round (at most one round over)."
+            "dynamic_sampling, a batch that reaches it draws nothing new (at most one round over; with the probe, "
+            "only the continuations of probes that already passed)."
         },
     )
 

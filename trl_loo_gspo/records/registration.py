@@ -153,6 +153,13 @@ def _objective(trainer) -> dict[str, Any] | None:
     return dataclasses.asdict(objective)
 
 
+def _rollout_token_budget(trainer: Any, args: Any) -> int | None:
+    """The budget the run stops at: the trainer's run plan when it has one (a budget given as a callback is only
+    there), else the config field."""
+    plan = getattr(trainer, "run_plan", None)
+    return plan.rollout_token_budget if plan is not None else getattr(args, "rollout_token_budget", None)
+
+
 def experiment_record(
     trainer, task: str | None = None, weights_sha256: str | None = None, fingerprint=content_fingerprint
 ) -> dict[str, Any]:
@@ -206,7 +213,8 @@ def experiment_record(
             "weight_decay": args.weight_decay,
             "max_grad_norm": args.max_grad_norm,
         },
-        "budget": {"max_steps": args.max_steps, "rollout_token_budget": getattr(args, "rollout_token_budget", None)},
+        # the run plan's budget (the config field and every RolloutTokenBudget callback, folded when training starts)
+        "budget": {"max_steps": args.max_steps, "rollout_token_budget": _rollout_token_budget(trainer, args)},
         "seeds": {"seed": args.seed, "data_seed": args.data_seed, "refill_seed": getattr(args, "refill_seed", None)},
         "processes": trainer.accelerator.num_processes,
         "config": json.loads(args.to_json_string()),  # the fields as the user wrote them (None = unset)

@@ -1,4 +1,5 @@
-"""The run's stopping rule on rollout tokens, with ONE owner: the trainer's :class:`RunPlan`.
+"""The run's plan, with ONE owner, the trainer's :class:`RunPlan`: the objective the config resolves to (resolved once
+per plan, not per step) and the stopping rule on rollout tokens.
 
 A budget can be given two ways: the config field ``rollout_token_budget``, or a :class:`RolloutTokenBudget` callback
 (``trainer.add_callback(RolloutTokenBudget(trainer, 300_000))``: what the ablation runner and the demo do). When
@@ -17,6 +18,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..algorithms.group_filter import budget_reached
+from ..config.objective import Objective
 
 
 @dataclass(frozen=True)
@@ -26,9 +28,12 @@ class RunPlan:
     Attributes:
         rollout_token_budget: generated tokens after which training stops (every generated token counts, filtered
             groups included); ``None`` = no budget.
+        objective: the config's resolved objective (:func:`trl_loo_gspo.config.objective.resolve`), resolved with
+            the plan: the trainer's hooks, the loss, the card and the registration record read this one.
     """
 
     rollout_token_budget: int | None = None
+    objective: Objective | None = None
 
     @classmethod
     def resolve(cls, args: Any, callbacks: Iterable[Any] = ()) -> RunPlan:
@@ -37,7 +42,8 @@ class RunPlan:
         given = [getattr(args, "rollout_token_budget", None)]
         given += [callback.budget for callback in callbacks if isinstance(callback, RolloutTokenBudget)]
         budgets = [int(budget) for budget in given if budget is not None]
-        return cls(rollout_token_budget=min(budgets) if budgets else None)
+        objective = args.objective if isinstance(getattr(type(args), "objective", None), property) else None
+        return cls(rollout_token_budget=min(budgets) if budgets else None, objective=objective)
 
     def reached(self, generated_tokens: int) -> bool:
         """Whether ``generated_tokens`` spend the budget (never, without one)."""

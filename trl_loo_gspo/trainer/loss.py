@@ -149,10 +149,11 @@ def answer_clip_rows(policy: PolicyLoss, advantages: torch.Tensor, mask: torch.T
 def batch_loss(
     config: Any, inputs: dict[str, Any], per_token_logps: torch.Tensor, entropies: torch.Tensor, **step: Any
 ) -> LossOutput:
-    """Our loss of one micro-batch under ``config`` (a :class:`~trl_loo_gspo.LooGspoConfig`): the objective it
-    resolves to (:func:`~trl_loo_gspo.config.objective.resolve`, the one resolution), the micro-batch's
+    """Our loss of one micro-batch under ``config`` (a :class:`~trl_loo_gspo.LooGspoConfig`, or the
+    :class:`~trl_loo_gspo.config.Objective` it resolved to, as the trainer hands its run plan's): the objective
+    (:func:`~trl_loo_gspo.config.objective.resolve` of a config), the micro-batch's
     :class:`LossStep` (:meth:`LossStep.of_batch` with the step's scalars ``step``) and :func:`own_loss` of it."""
-    objective = resolve(config)
+    objective = config if isinstance(config, Objective) else resolve(config)
     loss_step = LossStep.of_batch(objective, inputs, per_token_logps, entropies, **step)
     return own_loss(loss_step)
 

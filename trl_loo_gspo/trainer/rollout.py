@@ -24,12 +24,11 @@ from datasets import IterableDataset
 from ..algorithms.group_filter import (
     RecheckSchedule,
     RefillSampler,
-    adaptive_round_can_fill,
     allocate_group_sizes,
     group_decisions,
-    refill_prompt_count,
     select_groups,
 )
+from ..algorithms.sampling_rounds import BUDGET_SPENT, ROUND_CAP, RoundRules, RoundState, Stop, next_round
 from .rows import (
     NO_SPANS,
     Replay,
@@ -41,9 +40,6 @@ from .rows import (
     row_tokens,
 )
 from .sampling_plan import SamplingCalls, SamplingPlan
-
-#: Why a call stopped drawing rounds when the rollout-token budget was reached (no warning, no error: training ends).
-BUDGET_SPENT = "rollout-token budget reached"
 
 
 class DynamicSampler:
@@ -192,15 +188,6 @@ class DynamicSampler:
             "surplus": 0,
         }
 
-    def _new_probes_usable(self, round_number: int) -> bool:
-        """Whether new prompts drawn for round ``round_number`` could still be trained: without the probe always;
-        with it, only before the last round (the rest of a group comes in the next round), unless a group of
-        exactly the probe size is a whole group (``adaptive_group_size`` with ``min_generations`` = probe size)."""
-        plan = self.plan
-        if not plan.probe_generations or round_number < plan.max_sampling_rounds:
-            return True
-        return bool(plan.adaptive_group_size) and plan.group_size_bounds[0] == plan.probe_generations
-
     def _group_sizes(self, probe_means: list[float], rows_missing: int) -> list[int]:
         """Full-group size of each prompt whose probe passed: K each for as many as fit, or adaptive sizes."""
         plan, k = self.plan, self.num_generations
@@ -299,8 +286,8 @@ class DynamicSampler:
     def _budget_spent(self) -> bool:
         """Whether the run plan's rollout-token budget (``budget_left``: the trainer's :class:`RunPlan`, however the
         budget was given) is reached counting this call's rounds so far (one sum over ranks; none without a budget):
-        then no further round is drawn, so a run with dynamic sampling passes the budget by at most one round, as a
-        run without it does."""
+        then nothing new is drawn — no further round, or with the probe only the continuations of probes that already
+        passed —, so a run with dynamic sampling passes the budget by at most one round, as a run without it does."""
         left = self.calls.budget_left()
         if left is None:
             return False
@@ -322,10 +309,20 @@ class DynamicSampler:
         prompts = [x for part in gather_object([first_rows]) for x in part]
         readmitted = self._readmit(needed)
         prompts = prompts + [self.train_dataset[i] for i in readmitted]
+        seen = {prompt_key(p["prompt"]) for p in prompts}  # refill never draws a prompt of the batch being filled
         candidates: list[dict] = []
         totals = {"discarded": 0, "probe": 0, "continuation": 0, "surplus": 0}
         probe_rates: list[float] = []  # every probe's pass rate of this call (the probe/* histogram)
-        rounds, filled, exhausted = 0, 0, False
+        rules = RoundRules(
+            total_rows=total_rows,
+            num_generations=k,
+            max_rounds=plan.max_sampling_rounds,
+            probe=plan.probe_generations,
+            adaptive=plan.adaptive_group_size,
+            min_group=plan.group_size_bounds[0],
+            ranks=ranks,
+        )
+        rounds, filled = 0, 0
         pending: list[dict] = []  # probe mode: passing probes whose continuation comes with the next call
         while True:
             rounds += 1
@@ -341,47 +338,28 @@ class DynamicSampler:
                     self._release(group["records"])
             candidates.extend(groups)
             filled = min(sum(len(c["records"]) for c in candidates if c["keep"]), total_rows)
-            reserved = sum(group["size"] for group in pending)  # rows the next call completes
-            if filled >= total_rows and not pending:
-                break
-            if not pending and self._budget_spent():  # equal budget: no round past it (at most this one over)
-                exhausted = BUDGET_SPENT
-                break
-            if pending:  # the next call must carry their continuations; new probes only for rows still open
-                open_rows = total_rows - filled - reserved
-            else:
-                if rounds >= plan.max_sampling_rounds:
-                    exhausted = True
-                    break
-                open_rows = total_rows - filled
-                if plan.adaptive_group_size and not adaptive_round_can_fill(open_rows, plan.group_size_bounds[0]):
-                    # fewer rows missing than the smallest group: pad them, do not probe in vain
-                    exhausted = f"{open_rows} missing rows < min_generations={plan.group_size_bounds[0]}"
-                    break
-            prompts = []
-            if not self._new_probes_usable(rounds + 1):
-                # the next round is the last: a new probe could never be continued, so draw none (§3.1 two-stage)
-                if not pending:
-                    exhausted = True
-                    break
-                continue
-            can_probe = not (
-                plan.adaptive_group_size and not adaptive_round_can_fill(open_rows, plan.group_size_bounds[0])
+            full = filled >= total_rows and not pending
+            state = RoundState(
+                rounds=rounds,
+                filled=filled,
+                pending_groups=len(pending),
+                pending_rows=sum(group["size"] for group in pending),  # rows the next call completes
+                kept=sum(c["keep"] for c in candidates) + len(pending),  # pending groups passed their probe
+                decided=len(candidates) + len(pending),
+                spent=not full and self._budget_spent(),  # (a collective: every rank reaches it on the same rounds)
             )
-            if open_rows > 0 and can_probe:
-                kept = sum(c["keep"] for c in candidates) + len(pending)  # pending groups passed their probe
-                keep_rate = kept / max(len(candidates) + len(pending), 1)
-                missing = math.ceil(open_rows / k)
-                per_prompt = plan.probe_generations or k
-                count = refill_prompt_count(missing, keep_rate, ranks, per_prompt, needed)
-                drawn = self._refill.draw(count, exclude=set(self.filtered_registry))  # same on every rank
-                prompts = [self.train_dataset[i] for i in drawn]
+            action = next_round(rules, state)  # §3.1 the round decisions, on values every rank shares
+            if isinstance(action, Stop):
+                break
+            prompts = self._draw_refill(action.draw, seen) if action.draw else []  # the same on every rank
+            seen.update(prompt_key(p["prompt"]) for p in prompts)
 
+        reason = action.reason  # None: the batch is full
+        why = f"max_sampling_rounds={plan.max_sampling_rounds}" if reason == ROUND_CAP else reason
+        spent, exhausted = reason == BUDGET_SPENT, reason is not None
         selection = select_groups(
             [c["keep"] for c in candidates], [len(c["records"]) for c in candidates], total_rows, exhausted=exhausted
         )
-        why = exhausted if isinstance(exhausted, str) else f"max_sampling_rounds={plan.max_sampling_rounds}"
-        spent, exhausted = exhausted == BUDGET_SPENT, bool(exhausted)
         if exhausted and selection.padding_rows and plan.on_sampling_exhausted == "error" and not spent:
             raise RuntimeError(
                 f"dynamic sampling filled {total_rows - selection.padding_rows} of {total_rows} rows with groups "
@@ -439,6 +417,20 @@ class DynamicSampler:
             [r.get("extra_log", {}) for r in my_records],
         )
         return my_inputs, replay
+
+    def _draw_refill(self, count: int, seen: set[str]) -> list[dict]:
+        """``count`` refill prompts: the refill sampler's next indices, skipping the filtered registry's and any prompt
+        already in this batch's rounds (``seen``, content keys: the batch TRL handed in and earlier refills); only a
+        dataset too small to avoid them repeats one."""
+        prompts: list[dict] = []
+        for _ in range(len(self.train_dataset) // max(count, 1) + 2):  # a bounded search: every pass is finite
+            drawn = self._refill.draw(count - len(prompts), exclude=set(self.filtered_registry))
+            prompts += [row for row in (self.train_dataset[i] for i in drawn) if prompt_key(row["prompt"]) not in seen]
+            if len(prompts) >= count:
+                break
+        else:  # a dataset (nearly) all in this batch: repeat prompts rather than draw no round
+            prompts += [self.train_dataset[i] for i in self._refill.draw(count - len(prompts))]
+        return prompts
 
     def _assemble(self, refs: list[dict], local_rows: int) -> list[dict]:
         """This rank's rows of the final batch (positions ``rank × local_rows ...``): its own rows from its store, the

@@ -25,6 +25,7 @@ from ..algorithms.advantages import ADVANTAGE_ESTIMATORS
 from ..algorithms.noise import fresh_round
 from ..algorithms.step_accounting import IDX, StepAccounting
 from ..config import LooGspoConfig, Objective
+from .boundary import rolled_back, swapped
 from .budget import RolloutTokenBudget, RunPlan
 from .checkpoints import resolve_checkpoint
 from .checks import (
@@ -41,10 +42,8 @@ from .forward import ForwardMixin
 from .generation import (
     Generation,
     answer_metrics,
-    per_batch_metrics,
     replay_extra_logs,
     replay_rollout,
-    restore_per_batch_metrics,
     take_extra_logs,
 )
 from .loss import batch_loss, eval_denominator
@@ -103,6 +102,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
     _scored: list | None = None  # set while TRL's own pass scores a batch (this module only)
     _round_layout: int | None = None  # answers per prompt of a sampling round's generation call (this module only)
     generation: Generation | None = None  # None only on a trainer built without __init__ (TRL's own tests do)
+    run_plan: RunPlan | None = None  # likewise
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: LooGspoConfig | None = None, *rest, **kwargs):
         args = checked_construction(model, reward_funcs, args, rest, kwargs)  # before the model is loaded
@@ -110,8 +110,11 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             super().__init__(model, reward_funcs, args, *rest, **kwargs)
         # TRL's __init__ read the user's fields (None = unset); the attributes TRL's hooks read are set from the
         # resolved objective, which the loss, the card and the logs read too (epsilon_high below, with entropy
-        # feedback's k), each through the one resolution of the config (`objective`).
-        objective = args.objective
+        # feedback's k), each through the run plan's one resolution of the config (`objective`).
+        self.run_plan = RunPlan.resolve(
+            args
+        )  # the objective and the stopping rules; again with the callbacks in train()
+        objective = self.run_plan.objective
         self.loss_type, self.scale_rewards = objective.loss_type, objective.scale_rewards
         self.importance_sampling_level = objective.importance_sampling_level
         check_launch(self)
@@ -120,7 +123,6 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         self.publisher = Publisher(self)
         self.publisher.check_merge_support()
         self.generation = Generation(self.accelerator)
-        self.run_plan = RunPlan.resolve(args)  # the stopping rules; again with the budget callbacks in train()
         calls = SamplingCalls(
             self._generate_and_score,
             lambda: self.run_plan.tokens_left(self.counters.generated),
@@ -164,14 +166,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         row, since TRL's gathers need the same row count on every rank). The figures are then redone over the answers
         when the batch has padding rows."""
         seen = self.state.num_input_tokens_seen
-        saved, (self.rollout_func, self.tools) = (
-            (self.rollout_func, self.tools),
-            (replay_rollout(replay.generation), None),
-        )
-        try:
+        with swapped(self, rollout_func=replay_rollout(replay.generation), tools=None):
             super()._generate(prompts)
-        finally:
-            self.rollout_func, self.tools = saved
         if bool(replay.round.padding.any()):  # the same on every rank
             tokens, figures = self.generation.answer_figures(
                 replay, {*self.eos_token_ids, self._tokenizer.pad_token_id}
@@ -185,15 +181,9 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         each prompt ``answers_per_prompt`` times in a row, then scored. TRL's per-batch generation metrics and token
         count of the call are rolled back (the trained batch logs its own)."""
         prompts = [row["prompt"] for row in rows]
-        metrics = self._metrics["train"]
-        saved = per_batch_metrics(metrics), self.state.num_input_tokens_seen
-        self._round_layout = answers_per_prompt  # read by _generate_single_turn and answers_per_prompt
-        try:
+        # the layout is read by _generate_single_turn and answers_per_prompt
+        with swapped(self, _round_layout=answers_per_prompt), rolled_back(self._metrics["train"], self.state):
             generation = self._generate(prompts)
-        finally:
-            self._round_layout = None
-            restore_per_batch_metrics(metrics, saved[0])
-            self.state.num_input_tokens_seen = saved[1]
         inputs = with_extra_fields(rows, generation[5])
         rewards_per_func, signals = self._score(inputs, prompts, generation[3], generation[1])
         return generation, rewards_per_func, signals, take_extra_logs(self._pending_extra_logs, len(generation[1]))
@@ -223,11 +213,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         """TRL's reward call, checked: the gathered rewards (NaN = unscorable) and the §6 span entries of every
         row of all ranks (``None`` when process feedback is off)."""
         outputs = RewardOutputs()  # this call's verifier outputs, checked and named per function
-        saved, self.reward_funcs = self.reward_funcs, self.checks.checked(self.reward_funcs, outputs)  # for TRL's loop
-        try:
+        with swapped(self, reward_funcs=self.checks.checked(self.reward_funcs, outputs)):  # for TRL's loop
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        finally:
-            self.reward_funcs = saved
         self.checks.check_rewards(rewards_per_func, self.reward_func_names)
         return rewards_per_func, self.process_feedback.collect_signals(outputs, len(completions))
 
@@ -238,24 +225,18 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         if mode == "train" and self.args.dynamic_sampling:
             final_inputs, replay = self.sampler.sample(inputs, self._metrics[mode])  # generated and scored once
             replay_extra_logs(self._pending_extra_logs, replay)
-            self._replay = replay
-            try:
-                with self._forward_rows(skip=replay.local_padding):  # no old/reference pass for padding rows
-                    output = super()._generate_and_score_completions(final_inputs)
-            finally:
-                self._replay = None
+            # TRL's pass replays the rows made; no old/reference pass for padding rows
+            with swapped(self, _replay=replay), self._forward_rows(skip=replay.local_padding):
+                output = super()._generate_and_score_completions(final_inputs)
             self.generation.mark_padding(output, replay)
             round_data = replay.round
             if bool(round_data.padding.any()) and self.use_vllm and self.vllm_importance_sampling_correction:
                 sequence_level = self.vllm_importance_sampling_mode in ("sequence_mask", "sequence_truncate")
                 resample_sampling_metrics(self._metrics[mode], output, sequence_level, self.accelerator.gather)
         else:
-            self._scored = []
-            try:
+            with swapped(self, _scored=[]):  # TRL's pass scores the batch: _calculate_rewards keeps the scores
                 output = super()._generate_and_score_completions(inputs)
                 rewards_per_func, signals = self._scored[-1]
-            finally:
-                self._scored = None
             k = self.num_generations if mode == "train" else self.num_generations_eval
             round_data = RoundData.plain(rewards_per_func, k, signals)
         rewards = combined_rewards(round_data.rewards_per_func, self.reward_weights)
@@ -378,7 +359,9 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         training = self.model.training
         per_token_logps, entropies, aux_loss = self._policy_logps(model, inputs)
         fresh = training and fresh_round(int(inputs.get("round_step", -1)), self.state.global_step)
-        out = batch_loss(self.args, inputs, per_token_logps, entropies, **self._step_scalars(inputs, training, fresh))
+        out = batch_loss(
+            self.objective, inputs, per_token_logps, entropies, **self._step_scalars(inputs, training, fresh)
+        )
         loss = out.loss
         if self.aux_loss_enabled:
             normalizer = self.current_gradient_accumulation_steps if training else 1.0
@@ -397,10 +380,11 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
 
     @property
     def objective(self) -> Objective:
-        """The objective the config resolves to (``self.args.objective``, i.e.
-        :func:`trl_loo_gspo.config.objective.resolve`): the one resolution that the loss (:func:`batch_loss`), the
-        card and the registration record read."""
-        return self.args.objective
+        """The objective the config resolves to, resolved once with the run plan (at construction and when training
+        starts, :class:`RunPlan`; never per step): what the loss (:func:`batch_loss`), the card and the registration
+        record read. (A trainer built without ``__init__``, as TRL's own tests do, resolves ``self.args``.)"""
+        plan = getattr(self, "run_plan", None)
+        return plan.objective if plan is not None and plan.objective is not None else self.args.objective
 
     def _step_scalars(self, inputs, training: bool, fresh: bool) -> dict[str, Any]:
         """The trainer's part of the loss's value (:meth:`LossStep.of_batch`): the current clip range, β, the step's
@@ -501,11 +485,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         """``Trainer.push_to_hub``; with ``hub_merge_adapter`` the LoRA adapter is merged into the base weights first
         (the adapter is kept in ``adapter/``) and adapter files left at the repository root are deleted, so a merged
         push always waits for its upload."""
-        self.publisher.merge_for_push = self.args.hub_merge_adapter
-        try:
+        with swapped(self.publisher, merge_for_push=self.args.hub_merge_adapter):
             result = super().push_to_hub(*args, **kwargs)
-        finally:
-            self.publisher.merge_for_push = False
         if self.args.hub_merge_adapter and self.is_world_process_zero():
             if hasattr(result, "result"):  # blocking=False: a future of the upload
                 result = result.result()

@@ -24,6 +24,17 @@ from .plan import AblationPlan
 from .stats import differences_sd, minimum_detectable_effect, paired_difference, seeds_needed, verdict
 from .sweep import sweep_section
 
+#: Per-step process-feedback safeguards kept in each run record (method §6), and written to process_metrics.csv.
+PROCESS_KEYS = (
+    "process/corr_final/step",
+    "process/positive_in_failed",
+    "process/signal_mean",
+    "process/pass_rate",
+    "process/frac_flagged",
+    "process/divergence",
+)
+
+
 CSV_COLUMNS = (
     "name",
     "seed",
@@ -52,8 +63,6 @@ def write_outputs(
     """Write ``results.csv``, ``process_metrics.csv`` (runs with process feedback), ``report.md`` (with the sweep's
     account when there was one, and the runs at the common rate), ``pass_rate_vs_tokens.png`` and, where curves
     can be fitted, ``compute_curves.png``."""
-    from .runner import PROCESS_KEYS  # (the runner writes records: what they keep is hashed code)
-
     out = Path(plan.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "results.csv", "w", newline="") as f:

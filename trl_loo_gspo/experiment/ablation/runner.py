@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .plan import AblationPlan, demo_args, demo_task, recipe_args, run_path
 from .provenance import StaleRecordsError, run_provenance, stale_reason
-from .report import CSV_COLUMNS, plot, report, write_outputs  # noqa: F401  (report and plot: the public names)
+from .report import CSV_COLUMNS, PROCESS_KEYS, plot, report, write_outputs  # noqa: F401  (report, plot: public)
 from .stats import curve_area
 from .sweep import choose, eval_every, sweep_budget, sweep_runs, with_learning_rates
 
@@ -169,17 +169,6 @@ def clip_record(trainer) -> dict:
         "epsilon_low_final": stats["epsilon_low"] if stats else None,
         "epsilon_high_final": stats["epsilon_high"] if stats else None,
     }
-
-
-#: Per-step process-feedback safeguards kept in each run record (method §6), and written to process_metrics.csv.
-PROCESS_KEYS = (
-    "process/corr_final/step",
-    "process/positive_in_failed",
-    "process/signal_mean",
-    "process/pass_rate",
-    "process/frac_flagged",
-    "process/divergence",
-)
 
 
 def run_ablation(plan: AblationPlan, runner=run_one, reuse_stale: bool = False) -> list[dict] | None:
