@@ -114,12 +114,11 @@ def test_the_ablation_budget_stops_the_rounds_inside_a_step(tmp_path, monkeypatc
 
 @pytest.mark.slow
 def test_the_objective_is_resolved_once_per_run_not_per_step(tmp_path, monkeypatch):
-    """The run plan resolves the objective when training starts; no hook, loss or metric resolves it again (issue
-    44: 23 resolutions in 2 optimizer steps before)."""
+    """The run plan resolves the objective once, at construction; no hook, loss or metric resolves it again while
+    training (issue 44: 23 resolutions in 2 optimizer steps before)."""
     from trl_loo_gspo.config import objective as objective_module
     from trl_loo_gspo.trainer import loss as loss_module
 
-    trainer, _, _ = controlled_trainer(LooGspoTrainer, tmp_path, max_steps=2, steps_per_generation=4)
     calls = []
     original = objective_module.resolve
 
@@ -129,7 +128,13 @@ def test_the_objective_is_resolved_once_per_run_not_per_step(tmp_path, monkeypat
 
     monkeypatch.setattr(objective_module, "resolve", counted)
     monkeypatch.setattr(loss_module, "resolve", counted)
+    trainer, _, _ = controlled_trainer(LooGspoTrainer, tmp_path, max_steps=2, steps_per_generation=4)
+    built = len(calls)  # the config's own validation, TRL's constructor check and the run plan
+    plan = trainer.run_plan
+    trainer.add_callback(RolloutTokenBudget(trainer, 10**6))
     trainer.train()
     assert trainer.state.global_step == 2
-    assert len(calls) == 1  # RunPlan.resolve at the start of train(), then 0 per step
-    assert trainer.objective is trainer.run_plan.objective
+    assert len(calls) == built  # 0 while training: no hook, loss or record resolves it again
+    assert trainer.objective is plan.objective and trainer.run_plan.sampling is plan.sampling
+    assert trainer.run_plan.rollout_token_budget == 10**6  # the budget is folded again when training starts
+    assert trainer.sampler.plan is plan.sampling  # the sampler reads the run plan's sampling settings

@@ -48,6 +48,8 @@ def test_the_registration_record_keeps_a_budget_given_as_a_callback(tmp_path):
     record = json.loads((tmp_path / "experiment.json").read_text())
     assert record["budget"]["rollout_token_budget"] == 60
     assert trainer.experiment_record["budget"]["rollout_token_budget"] == 60
+    # the run plan's sampling settings are recorded whole
+    assert record["sampling_plan"]["dynamic_sampling"] is True and record["sampling_plan"]["num_generations"] == 4
 
 
 def test_without_shuffling_refill_never_redraws_the_batch_being_filled(tmp_path):

@@ -153,6 +153,12 @@ def _objective(trainer) -> dict[str, Any] | None:
     return dataclasses.asdict(objective)
 
 
+def _sampling_plan(trainer: Any) -> dict | None:
+    """The run plan's sampling settings as plain data (``None`` for a trainer without a run plan)."""
+    sampling = getattr(getattr(trainer, "run_plan", None), "sampling", None)
+    return None if sampling is None else json.loads(json.dumps(dataclasses.asdict(sampling)))
+
+
 def _rollout_token_budget(trainer: Any, args: Any) -> int | None:
     """The budget the run stops at: the trainer's run plan when it has one (a budget given as a callback is only
     there), else the config field."""
@@ -219,6 +225,7 @@ def experiment_record(
         "processes": trainer.accelerator.num_processes,
         "config": json.loads(args.to_json_string()),  # the fields as the user wrote them (None = unset)
         "objective": _objective(trainer),  # what they resolved to: the loss, advantages, clip range that trained
+        "sampling_plan": _sampling_plan(trainer),  # the sampling settings the run plan resolved (dynamic sampling)
         "versions": package_versions(),
         "git_commit": git_commit(),
     }

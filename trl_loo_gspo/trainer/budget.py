@@ -12,13 +12,14 @@ keeps its own limit.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from transformers import TrainerCallback
 
 from ..algorithms.group_filter import budget_reached
 from ..config.objective import Objective
+from .sampling_plan import SamplingPlan
 
 
 @dataclass(frozen=True)
@@ -30,20 +31,36 @@ class RunPlan:
             groups included); ``None`` = no budget.
         objective: the config's resolved objective (:func:`trl_loo_gspo.config.objective.resolve`), resolved with
             the plan: the trainer's hooks, the loss, the card and the registration record read this one.
+        sampling: the sampling settings (:class:`~trl_loo_gspo.trainer.sampling_plan.SamplingPlan`) the sampler and
+            the trainer's round metrics read.
     """
 
     rollout_token_budget: int | None = None
     objective: Objective | None = None
+    sampling: SamplingPlan | None = None
 
     @classmethod
-    def resolve(cls, args: Any, callbacks: Iterable[Any] = ()) -> RunPlan:
-        """The plan of a run configured by ``args`` (its ``rollout_token_budget``) with ``callbacks`` installed (the
-        budget of each :class:`RolloutTokenBudget` among them): the smallest budget given, or none."""
+    def resolve(cls, args: Any, callbacks: Iterable[Any] = (), num_generations: int | None = None) -> RunPlan:
+        """The plan of a run configured by ``args`` with ``callbacks`` installed: the budget
+        (:meth:`folded_budget`); the resolved objective; with ``num_generations`` (the trainer's K), the sampling
+        plan."""
+        objective = args.objective if isinstance(getattr(type(args), "objective", None), property) else None
+        sampling = SamplingPlan.from_args(args, num_generations) if num_generations is not None else None
+        return cls(rollout_token_budget=cls.folded_budget(args, callbacks), objective=objective, sampling=sampling)
+
+    @staticmethod
+    def folded_budget(args: Any, callbacks: Iterable[Any] = ()) -> int | None:
+        """The smallest budget given: ``args.rollout_token_budget`` and that of each :class:`RolloutTokenBudget`
+        among ``callbacks``; ``None`` when none is."""
         given = [getattr(args, "rollout_token_budget", None)]
         given += [callback.budget for callback in callbacks if isinstance(callback, RolloutTokenBudget)]
         budgets = [int(budget) for budget in given if budget is not None]
-        objective = args.objective if isinstance(getattr(type(args), "objective", None), property) else None
-        return cls(rollout_token_budget=min(budgets) if budgets else None, objective=objective)
+        return min(budgets) if budgets else None
+
+    def with_callbacks(self, args: Any, callbacks: Iterable[Any]) -> RunPlan:
+        """This plan with the budget folded again from ``args`` and ``callbacks`` (when training starts: a budget
+        can arrive as a callback after construction); the objective and the sampling plan are kept as resolved."""
+        return replace(self, rollout_token_budget=self.folded_budget(args, callbacks))
 
     def reached(self, generated_tokens: int) -> bool:
         """Whether ``generated_tokens`` spend the budget (never, without one)."""

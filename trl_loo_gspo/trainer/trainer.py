@@ -60,7 +60,7 @@ from .run_state import (
     saved_run_state,
     upgrade_run_state,
 )
-from .sampling_plan import SamplingCalls, SamplingPlan
+from .sampling_plan import SamplingCalls
 from .step import (
     RatioNoise,
     TokenCounters,
@@ -111,9 +111,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         # TRL's __init__ read the user's fields (None = unset); the attributes TRL's hooks read are set from the
         # resolved objective, which the loss, the card and the logs read too (epsilon_high below, with entropy
         # feedback's k), each through the run plan's one resolution of the config (`objective`).
-        self.run_plan = RunPlan.resolve(
-            args
-        )  # the objective and the stopping rules; again with the callbacks in train()
+        # the objective and the sampling settings (resolved once per run) and the budget (again in train())
+        self.run_plan = RunPlan.resolve(args, num_generations=self.num_generations)
         objective = self.run_plan.objective
         self.loss_type, self.scale_rewards = objective.loss_type, objective.scale_rewards
         self.importance_sampling_level = objective.importance_sampling_level
@@ -131,7 +130,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             lambda: self.state.global_step,
         )
         self.sampler = DynamicSampler(
-            SamplingPlan.from_args(args, self.num_generations),
+            self.run_plan.sampling,
             calls,
             self.train_dataset,
             self.accelerator,
@@ -222,7 +221,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         start = time.perf_counter()
         mode = "train" if self.model.training else "eval"
-        if mode == "train" and self.args.dynamic_sampling:
+        if mode == "train" and self.run_plan.sampling.dynamic_sampling:
             final_inputs, replay = self.sampler.sample(inputs, self._metrics[mode])  # generated and scored once
             replay_extra_logs(self._pending_extra_logs, replay)
             # TRL's pass replays the rows made; no old/reference pass for padding rows
@@ -277,8 +276,9 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         counts = torch.tensor([float(v) for v in local], dtype=torch.float64, device=mask.device)
         tokens = tuple(self.accelerator.reduce(counts, reduction="sum").tolist())
         metrics = self._metrics[mode]
-        variable = self.args.adaptive_group_size and mode == "train"
-        log_round(metrics, round_data, rewards, all_advantages, tokens, self.args.signal_tolerance, variable)
+        sampling = self.run_plan.sampling
+        variable = sampling.adaptive_group_size and mode == "train"
+        log_round(metrics, round_data, rewards, all_advantages, tokens, sampling.signal_tolerance, variable)
         if mode == "train":
             self.counters.generated += int(tokens[0])
             self.counters.effective += int(tokens[1])
@@ -466,8 +466,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
 
     # ------------------------------------------------------------------ registration, card, Hub (method §2)
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        # the one run plan every stopping place reads: rollout_token_budget and any RolloutTokenBudget callback
-        self.run_plan = RunPlan.resolve(self.args, self.callback_handler.callbacks)
+        # the one run plan every hook reads, its budget folded again with any RolloutTokenBudget callback
+        self.run_plan = self.run_plan.with_callbacks(self.args, self.callback_handler.callbacks)
         if self.args.register_experiment:
             self.register_experiment()
         return super().train(resolve_checkpoint(resume_from_checkpoint, self.args.output_dir), *args, **kwargs)
