@@ -64,49 +64,76 @@ def clip_rows(
 def _quantiles(values: torch.Tensor, qs: Sequence[float]) -> list[float]:
     if values.numel() == 0:
         return [math.nan] * len(qs)
-    return torch.quantile(values, torch.tensor(qs, dtype=values.dtype, device=values.device)).tolist()
+    return torch.quantile(values, torch.tensor(qs, dtype=values.dtype)).tolist()
 
 
-def _fraction(part: torch.Tensor, whole: torch.Tensor) -> float:
-    whole_count = float(whole.sum())
-    return float((part & whole).sum()) / whole_count if whole_count > 0 else math.nan
+def _columns(rows: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The answers (non-NaN rows) of gathered :func:`clip_rows`, by column: float64 on the CPU, each contiguous."""
+    rows = rows[~torch.isnan(rows[:, COL["log_ratio"]])].to(torch.float64).cpu()
+    return dict(zip(ROW_COLUMNS, rows.T.contiguous(), strict=True))
+
+
+def _subset(columns: dict[str, torch.Tensor], keep: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {name: values[keep] for name, values in columns.items()}
+
+
+def _counts(columns: dict[str, torch.Tensor], edges: tuple[float, float]) -> dict[str, Any]:
+    """The counts every clip figure is a ratio of (:data:`_TALLY_COUNTS` but ``steps``, and per length bin the answers
+    with ``Â_i ≠ 0`` and the clipped ones among them)."""
+    adv, length, clipped_tokens = columns["advantage"], columns["length"], columns["clipped_tokens"]
+    low, high, signal = columns["clipped_low"] > 0, columns["clipped_high"] > 0, adv != 0
+    clipped = (low | high) & signal
+    # an answer carries a gradient when Â_i ≠ 0 and some valid token is off the clipped (constant) branch
+    gradient = signal & (clipped_tokens < length)
+    bins = torch.bucketize(length, torch.tensor(edges, dtype=torch.float64))
+    return {
+        "answers": float(adv.numel()),
+        "signal": float(signal.sum()),
+        "positive": float((adv > 0).sum()),
+        "negative": float((adv < 0).sum()),
+        "clipped_low": float((low & (adv < 0)).sum()),
+        "clipped_high": float((high & (adv > 0)).sum()),
+        "clipped_signal": float(clipped.sum()),
+        "gradient_answers": float(gradient.sum()),
+        "gradient_tokens": float(torch.where(gradient, length - clipped_tokens, 0.0).sum()),
+        "tokens": float(length.sum()),
+        "length_signal": [float((signal & (bins == b)).sum()) for b in range(len(LENGTH_BINS))],
+        "length_clipped": [float((clipped & (bins == b)).sum()) for b in range(len(LENGTH_BINS))],
+    }
+
+
+def _share(part: float, whole: float) -> float:
+    return part / whole if whole > 0 else math.nan
 
 
 def step_clip_summary(rows: torch.Tensor, edges: tuple[float, float]) -> dict[str, float]:
     """One optimizer step's clip figures from its gathered :func:`clip_rows` (docs/metrics.md, "Where the clip
     bites"); NaN where a figure has no answer to be measured on (the trainer logs no value then). Quantiles are
     torch's linear interpolation."""
-    rows = rows[~torch.isnan(rows[:, COL["log_ratio"]])].to(torch.float64).contiguous()
-    log_s, adv = rows[:, COL["log_ratio"]].contiguous(), rows[:, COL["advantage"]].contiguous()
-    length = rows[:, COL["length"]].contiguous()
-    low, high = rows[:, COL["clipped_low"]] > 0, rows[:, COL["clipped_high"]] > 0
-    clipped_tokens, position = rows[:, COL["clipped_tokens"]], rows[:, COL["position"]]
-    signal = adv != 0
-    clipped = low | high
-    # an answer carries a gradient when Â_i ≠ 0 and some valid token is off the clipped (constant) branch
-    gradient = signal & (clipped_tokens < length)
+    columns = _columns(rows)
     # §5.2 clip fraction, off-policy: clipped answers among those with Â_i ≠ 0 trained after their round's first step
-    offpolicy = signal & (position >= 1)
+    offpolicy = _subset(columns, columns["position"] >= 1)
+    every, off = _counts(columns, edges), _counts(offpolicy, edges)
+    position, log_s = columns["position"], columns["log_ratio"]
     summary: dict[str, float] = {
-        "clip/answers": float(rows.shape[0]),
-        "clip/round_position": float(position.mean()) if rows.shape[0] else math.nan,
-        "clip/upper_fraction": _fraction(high, adv > 0),
-        "clip/lower_fraction": _fraction(low, adv < 0),
-        "clip/signal_fraction": _fraction(clipped, signal),
-        "clip/offpolicy_answers": float(offpolicy.sum()),
-        "clip/offpolicy_fraction": _fraction(clipped, offpolicy),
-        "clip/gradient_answers": float(gradient.sum()),
-        "clip/gradient_tokens": float(torch.where(gradient, length - clipped_tokens, torch.zeros_like(length)).sum()),
+        "clip/answers": every["answers"],
+        "clip/round_position": float(position.mean()) if position.numel() else math.nan,
+        "clip/upper_fraction": _share(every["clipped_high"], every["positive"]),
+        "clip/lower_fraction": _share(every["clipped_low"], every["negative"]),
+        "clip/signal_fraction": _share(every["clipped_signal"], every["signal"]),
+        "clip/offpolicy_answers": off["signal"],
+        "clip/offpolicy_fraction": _share(off["clipped_signal"], off["signal"]),
+        "clip/gradient_answers": every["gradient_answers"],
+        "clip/gradient_tokens": every["gradient_tokens"],
     }
-    bins = torch.bucketize(length, torch.tensor(edges, dtype=length.dtype, device=length.device))
-    for index, name in enumerate(LENGTH_BINS):
-        summary[f"clip/by_length/{name}"] = _fraction(clipped, signal & (bins == index))
+    for name, clipped, signal in zip(LENGTH_BINS, every["length_clipped"], every["length_signal"], strict=True):
+        summary[f"clip/by_length/{name}"] = _share(clipped, signal)
     for q, value in zip(SIGNED_QUANTILES, _quantiles(log_s, SIGNED_QUANTILES), strict=True):
         summary[f"ratio/log/p{round(q * 100):02d}"] = value
     for q, value in zip(ABS_QUANTILES, _quantiles(log_s.abs(), ABS_QUANTILES), strict=True):
         summary[f"ratio/abs_log/p{round(q * 100):02d}"] = value
-    off_abs = _quantiles(log_s[offpolicy].abs(), (0.5, 0.9))
-    summary["clip/offpolicy_abs_log_p50"], summary["clip/offpolicy_abs_log_p90"] = off_abs
+    moved = offpolicy["log_ratio"][offpolicy["advantage"] != 0].abs()
+    summary["clip/offpolicy_abs_log_p50"], summary["clip/offpolicy_abs_log_p90"] = _quantiles(moved, (0.5, 0.9))
     return summary
 
 
@@ -115,9 +142,9 @@ def clip_margins(rows: torch.Tensor, high_per_low: float, widening: float = 0.0)
     its clipped branch, given ``ε_high = high_per_low · ε_low + widening`` (entropy feedback's k): ``(s_i − 1 −
     widening) / high_per_low`` when ``Â_i > 0``, ``1 − s_i`` when ``Â_i < 0``; ``≤ 0`` when it moved against its
     advantage (no ε clips it). 1-D float64, on the CPU."""
-    rows = rows[~torch.isnan(rows[:, COL["log_ratio"]])].to(torch.float64).cpu()
-    s, adv = torch.exp(rows[:, COL["log_ratio"]]), rows[:, COL["advantage"]]
-    offpolicy = (rows[:, COL["position"]] >= 1) & (adv != 0)
+    columns = _columns(rows)
+    s, adv = torch.exp(columns["log_ratio"]), columns["advantage"]
+    offpolicy = (columns["position"] >= 1) & (adv != 0)
     margins = torch.where(adv > 0, (s - 1.0 - widening) / high_per_low, 1.0 - s)
     return margins[offpolicy]
 
@@ -169,35 +196,15 @@ def _empty_position() -> dict[str, Any]:
 
 def tally_step(tally: dict[str, dict[str, Any]], rows: torch.Tensor, edges: tuple[float, float]) -> None:
     """Add one optimizer step's gathered rows to ``tally`` (position as a string → counts), in place."""
-    rows = rows[~torch.isnan(rows[:, COL["log_ratio"]])].to(torch.float64).cpu()
-    hist_edges = histogram_edges()
-    length_edges_t = torch.tensor(edges, dtype=torch.float64)
-    for position in torch.unique(rows[:, COL["position"]]).tolist():
-        part = rows[rows[:, COL["position"]] == position]
+    columns = _columns(rows)
+    for position in torch.unique(columns["position"]).tolist():
+        part = _subset(columns, columns["position"] == position)
         entry = tally.setdefault(str(int(position)), _empty_position())
-        adv, length = part[:, COL["advantage"]].contiguous(), part[:, COL["length"]].contiguous()
-        low, high = part[:, COL["clipped_low"]] > 0, part[:, COL["clipped_high"]] > 0
-        signal, clipped_tokens = adv != 0, part[:, COL["clipped_tokens"]]
-        gradient = signal & (clipped_tokens < length)
-        entry["answers"] += float(part.shape[0])
-        entry["signal"] += float(signal.sum())
-        entry["positive"] += float((adv > 0).sum())
-        entry["negative"] += float((adv < 0).sum())
-        entry["clipped_low"] += float((low & (adv < 0)).sum())
-        entry["clipped_high"] += float((high & (adv > 0)).sum())
-        entry["clipped_signal"] += float(((low | high) & signal).sum())
-        entry["gradient_answers"] += float(gradient.sum())
-        entry["gradient_tokens"] += float(torch.where(gradient, length - clipped_tokens, 0.0).sum())
-        entry["tokens"] += float(length.sum())
+        _add(entry, _counts(part, edges))
         entry["steps"] += 1.0
-        bins = torch.bucketize(part[:, COL["log_ratio"]].abs().contiguous(), hist_edges, right=True)
+        bins = torch.bucketize(part["log_ratio"].abs(), histogram_edges(), right=True)
         for index, count in zip(*torch.unique(bins, return_counts=True), strict=True):
             entry["abs_log_hist"][int(index)] += int(count)
-        length_bins = torch.bucketize(length, length_edges_t)
-        for index in range(len(LENGTH_BINS)):
-            in_bin = signal & (length_bins == index)
-            entry["length_signal"][index] += float(in_bin.sum())
-            entry["length_clipped"][index] += float(((low | high) & in_bin).sum())
 
 
 def histogram_quantile(counts: Sequence[int], q: float) -> float:
@@ -221,18 +228,24 @@ def histogram_quantile(counts: Sequence[int], q: float) -> float:
     return edges[-1]
 
 
+def _add(into: dict[str, Any], counts: dict[str, Any]) -> None:
+    """Add ``counts`` to the tally entry ``into`` (numbers, and lists element by element), in place."""
+    for name, value in counts.items():
+        if isinstance(value, list):
+            into[name] = [a + b for a, b in zip(into[name], value, strict=True)]
+        else:
+            into[name] += value
+
+
 def _merge(entries: list[dict[str, Any]]) -> dict[str, Any]:
     merged = _empty_position()
     for entry in entries:
-        for name in _TALLY_COUNTS:
-            merged[name] += entry[name]
-        for key in ("abs_log_hist", "length_signal", "length_clipped"):
-            merged[key] = [a + b for a, b in zip(merged[key], entry[key], strict=True)]
+        _add(merged, entry)
     return merged
 
 
-def _ratio(a: float, b: float) -> float | None:
-    return a / b if b > 0 else None
+def _known(value: float) -> float | None:
+    return None if math.isnan(value) else value
 
 
 def _figures(entry: dict[str, Any]) -> dict[str, Any]:
@@ -240,18 +253,17 @@ def _figures(entry: dict[str, Any]) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "steps": int(entry["steps"]),
         "answers": int(entry["answers"]),
-        "clipped_fraction": _ratio(entry["clipped_signal"], entry["signal"]),
-        "upper_fraction": _ratio(entry["clipped_high"], entry["positive"]),
-        "lower_fraction": _ratio(entry["clipped_low"], entry["negative"]),
+        "clipped_fraction": _known(_share(entry["clipped_signal"], entry["signal"])),
+        "upper_fraction": _known(_share(entry["clipped_high"], entry["positive"])),
+        "lower_fraction": _known(_share(entry["clipped_low"], entry["negative"])),
         "gradient_answers": int(entry["gradient_answers"]),
         "gradient_tokens": int(entry["gradient_tokens"]),
         "tokens": int(entry["tokens"]),
     }
     for q in ABS_QUANTILES:
-        value = histogram_quantile(hist, q)
-        figures[f"abs_log_ratio_p{round(q * 100):02d}"] = None if math.isnan(value) else value
+        figures[f"abs_log_ratio_p{round(q * 100):02d}"] = _known(histogram_quantile(hist, q))
     figures["clipped_fraction_by_length"] = {
-        name: _ratio(clipped, signal)
+        name: _known(_share(clipped, signal))
         for name, clipped, signal in zip(LENGTH_BINS, entry["length_clipped"], entry["length_signal"], strict=True)
     }
     return figures

@@ -44,7 +44,7 @@ class RunPlan:
         """The plan of a run configured by ``args`` with ``callbacks`` installed: the budget
         (:meth:`folded_budget`); the resolved objective; with ``num_generations`` (the trainer's K), the sampling
         plan."""
-        objective = args.objective if isinstance(getattr(type(args), "objective", None), property) else None
+        objective = getattr(args, "objective", None)  # (a LooGspoConfig's one resolution)
         sampling = SamplingPlan.from_args(args, num_generations) if num_generations is not None else None
         return cls(rollout_token_budget=cls.folded_budget(args, callbacks), objective=objective, sampling=sampling)
 

@@ -125,7 +125,7 @@ class ClipControl:
         local = torch.cat(local_rows) if local_rows else torch.empty(0, 7, dtype=torch.float64)
         local = local.to(self.accelerator.device)
         padded = self.accelerator.pad_across_processes(local, dim=0, pad_index=math.nan)
-        rows = self.accelerator.gather(padded)
+        rows = self.accelerator.gather(padded).cpu()  # one transfer: the figures below are read on the host
         summary = step_clip_summary(rows, self.edges)
         self.measured = True
         for name, value in summary.items():
@@ -149,11 +149,11 @@ class ClipControl:
         if answers > 0:
             margins = clip_margins(rows, self.high_per_low, self.widening)
             clipped = summary["clip/offpolicy_fraction"] * answers
-            self.recent.append({"margins": margins.tolist(), "clipped": clipped, "answers": answers})
+            self.recent.append({"margins": margins, "clipped": clipped, "answers": answers})
         metrics["clip/target_fraction"].append(self.target)
         if not self.recent:
             return
-        pooled = torch.tensor([m for entry in self.recent for m in entry["margins"]], dtype=torch.float64)
+        pooled = torch.cat([entry["margins"] for entry in self.recent])
         # §5.1 the estimate is global: the margins of all processes and micro-batches of the round's off-policy steps
         estimate = epsilon_for_fraction(pooled, self.target)
         if answers > 0:
@@ -212,7 +212,7 @@ class ClipControl:
     def state_dict(self) -> dict[str, Any]:
         return {
             "controller": self.state.to_dict(),
-            "recent": list(self.recent),
+            "recent": [{**entry, "margins": entry["margins"].tolist()} for entry in self.recent],
             "widening": self.widening,
             "tally": self.tally,
             "window": list(self.window),
@@ -222,7 +222,10 @@ class ClipControl:
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         self.state = ClipControllerState.from_dict(saved["controller"])
-        self.recent = deque(saved["recent"], maxlen=self.recent.maxlen)
+        self.recent = deque(
+            [{**entry, "margins": torch.tensor(entry["margins"], dtype=torch.float64)} for entry in saved["recent"]],
+            maxlen=self.recent.maxlen,
+        )
         self.widening = float(saved["widening"])
         self.tally = {k: dict(v) for k, v in saved["tally"].items()}
         self.window = deque(saved["window"], maxlen=WARNING_WINDOW)
