@@ -315,3 +315,15 @@ def run_recorded(trainer_cls, config_cls, tmp_path, **overrides):
     trainer = parity_trainer(record_micro_batches(trainer_cls), model, tokenizer, args)
     trainer.train()
     return trainer, model0
+
+
+def spy_rounds(trainer, record) -> None:
+    """Call ``record(output, round_data, training)`` with each generation round's batch and :class:`RoundData` as the
+    trainer hands them on (wraps ``trainer.process_feedback.token_advantages``, which every round calls once)."""
+    token_advantages = trainer.process_feedback.token_advantages
+
+    def spied(output, rewards, round_data, metrics, training):
+        token_advantages(output, rewards, round_data, metrics, training)
+        record(output, round_data, training)
+
+    trainer.process_feedback.token_advantages = spied

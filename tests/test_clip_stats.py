@@ -22,6 +22,7 @@ from trl_loo_gspo.algorithms.clip_stats import (
 from trl_loo_gspo.algorithms.losses import ClipRange
 from trl_loo_gspo.trainer.clip import ClipControl, clip_warning
 from trl_loo_gspo.trainer.loss import LossStep, own_loss
+from trl_loo_gspo.trainer.run_plan import ClipControlPlan
 
 LOG_S = [math.log(1.1), math.log(1.3), math.log(0.9), math.log(0.7)]
 
@@ -215,7 +216,7 @@ def control(**fields):
         gradient_accumulation_steps=1,
     )
     args.update(fields)
-    return ClipControl(SimpleNamespace(**args), 0.2, 0.25, OneProcess())
+    return ClipControl(ClipControlPlan.from_args(SimpleNamespace(**args)), 0.2, 0.25, OneProcess())
 
 
 def test_the_run_warns_once_after_several_measured_steps(caplog):

@@ -57,7 +57,7 @@ def test_a_fixed_range_is_measured_by_position_and_agrees_with_the_losss_own_cou
         assert h["clip/epsilon_low"] == 0.01 and h["clip/epsilon_high"] == 0.02  # no controller: fixed
     assert any(h.get("clip/offpolicy_fraction", 0) > 0 for h in logs)  # the range bit somewhere
     assert max(h["ratio/abs_log/p90"] for h in logs) > 0.01
-    rows = dict(summary_rows(run.state.log_history, run))
+    rows = dict(summary_rows(run.state.log_history, run.run_facts()))
     assert [part.split(":")[0] for part in rows["… by step in round"].split(", ")] == ["1", "2", "3"]
     record = clip_record(run)
     stats = record["clip_stats"]
@@ -92,7 +92,7 @@ def test_the_controller_moves_the_range_after_off_policy_steps_and_entropy_feedb
         assert h["clip/target_fraction"] == 0.15
         previous = h["clip/epsilon_low"]
     assert run.epsilon_low == previous and run.clip_control.state.updates == 6
-    assert dict(summary_rows(run.state.log_history, run))["clip target (controller)"] == "15.0%"
+    assert dict(summary_rows(run.state.log_history, run.run_facts()))["clip target (controller)"] == "15.0%"
 
 
 def test_a_resume_continues_the_same_sequence_of_epsilon(tmp_path):

@@ -14,6 +14,7 @@ from .helpers import (
     controlled_trainer,
     param_delta,
     reference_gradient,
+    spy_rounds,
 )
 
 pytestmark = pytest.mark.slow
@@ -25,10 +26,10 @@ class Recording(LooGspoTrainer):
         super().__init__(*args, **kwargs)
         self.batches = []
         self.recorded = []
+        spy_rounds(self, self._record)
 
-    def _log_round(self, mode, output, round_data, *rest):
-        super()._log_round(mode, output, round_data, *rest)
-        if mode == "train":
+    def _record(self, output, round_data, training):
+        if training:
             self.batches.append(
                 {
                     "rewards": round_data.rewards_per_func.clone(),

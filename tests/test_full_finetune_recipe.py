@@ -50,7 +50,8 @@ def test_sharded_full_finetune_refusal_names_the_flag_that_works(tmp_path, monke
     assert trainer.args.reference_kl_logging_steps == 10  # the recipe's value, kept when the flag is left off
     monkeypatch.setattr(trainer.accelerator.state, "distributed_type", engine)
     with pytest.raises(ValueError, match="reference_kl_logging_steps=10 with beta=0") as refusal:
-        ReferenceKL(trainer.args, trainer.beta, trainer.model, trainer.accelerator)
+        every = trainer.run_plan.feedback.reference_kl_logging_steps
+        ReferenceKL(every, trainer.args.per_device_train_batch_size, trainer.beta, trainer.model, trainer.accelerator)
     flag = re.search(r"`(--reference_kl_logging_steps \S+)`", str(refusal.value)).group(1)
     _, fixed, _ = _parse([*argv, *flag.split()], tmp_path / "again")
     assert fixed.reference_kl_logging_steps is None

@@ -6,13 +6,13 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from trl_loo_gspo.config import LooGspoConfig
 from trl_loo_gspo.config.objective import FIELDS, Objective
 from trl_loo_gspo.records.card import card_sections, method_section
+from trl_loo_gspo.trainer.run_plan import RunPlan
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +35,8 @@ def _objective(**changes):
 
 
 def _args(**changes):
-    """The flags the card reads, as a LooGspoConfig has them (components off unless changed)."""
+    """The settings the card reads by field name, as a run plan's flags and TRL's values give them (components off
+    unless changed)."""
     values = dict(
         loss_type="loo_gspo",
         advantage_estimator="loo",
@@ -58,7 +59,7 @@ def _args(**changes):
         learning_rate=1e-6,
     )
     values.update(changes)
-    return SimpleNamespace(**values)
+    return values
 
 
 TRL_GRPO = dict(
@@ -126,17 +127,19 @@ def test_optional_components_are_mentioned_only_when_on():
 
 def test_the_card_reads_the_one_resolution_of_the_objective(tmp_path):
     config = LooGspoConfig(str(tmp_path), bf16=False, loss_type="grpo")  # fields left unset: TRL's values train
-    section = method_section(config, config.objective)
+    section = method_section(_args(), RunPlan.resolve(config).objective)
     assert section.startswith("## Method: TRL's `grpo` loss with TRL's advantages")
     table = section.split("| flag | value | meaning |")[1]
     for name, value in config.objective.field_values().items():
         assert f"| `{name}` |" not in table or f"| `{name}` | `{value}` |" in table, name
     assert "| `epsilon` | `0.2` |" in table and "| `scale_rewards` | `group` |" in table
     assert set(config.objective.field_values()) == set(FIELDS)
-    own = LooGspoConfig(str(tmp_path), bf16=False)
-    assert "| `policy_loss` | `response_clip` |" in method_section(own, own.objective)
+    own = RunPlan.resolve(LooGspoConfig(str(tmp_path), bf16=False), num_generations=8)
+    settings = {**_args(), **own.flags()}  # the plan's flags, as the trainer's card reads them
+    assert "| `policy_loss` | `response_clip` |" in method_section(settings, own.objective)
+    assert "| `dynamic_sampling` | `False` |" in method_section(settings, own.objective)  # the config's default
     registered = replace(own.objective, policy_loss="user_loss")
-    assert "the registered policy loss `user_loss`" in _paragraph(method_section(own, registered))
+    assert "the registered policy loss `user_loss`" in _paragraph(method_section(settings, registered))
 
 
 def _method_sections() -> dict[str, str]:

@@ -73,7 +73,7 @@ def test_a_trl_objective_is_not_computed_by_our_loss(tmp_path):
 
 
 def test_the_trainers_objective_is_its_run_plans_one_resolution(tmp_path):
-    from trl_loo_gspo.trainer.budget import RunPlan
+    from trl_loo_gspo.trainer.run_plan import RunPlan
 
     cfg = config(tmp_path)
     bare = SimpleNamespace(args=cfg)  # a trainer built without __init__ (TRL's tests): the config's resolution

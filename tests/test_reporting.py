@@ -9,7 +9,7 @@ import pytest
 
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
 from trl_loo_gspo.demo.tiny import addition_dataset, digit_fraction_reward
-from trl_loo_gspo.trainer.reporting import RECORD_KEY, SummaryTable, send_record_to_trackers, summary_rows
+from trl_loo_gspo.trainer.reporting import RECORD_KEY, RunFacts, SummaryTable, send_record_to_trackers, summary_rows
 
 from .helpers import base_kwargs, make_model_and_tokenizer
 
@@ -87,15 +87,14 @@ def test_a_failing_tracker_is_reported_not_raised(caplog):
 
 
 def test_summary_rows_from_a_log_history():
-    trainer = type("T", (), {"state": type("S", (), {"global_step": 3})(), "generated_tokens_total": 1200,
-                              "effective_tokens_total": 900})()  # fmt: skip
+    facts = RunFacts(global_step=3, generated_tokens=1200, effective_tokens=900)
     history = [
         {"rollout_tokens": 0.0, "eval/pass_at_1": 0.25, "eval/pass_rate": 0.2},
         {"loss": 0.1, "reward": 0.2, "clip_ratio/region_answers": 0.1, "entropy": 2.0, "sampling/frac_filtered": 0.5},
         {"loss": 0.2, "reward": 0.6, "clip_ratio/region_answers": 0.3, "entropy": 1.0, "sampling/frac_filtered": 0.0},
         {"rollout_tokens": 1200.0, "eval/pass_at_1": 0.5, "eval/pass_rate": 0.45},
     ]
-    rows = dict(summary_rows(history, trainer))
+    rows = dict(summary_rows(history, facts))
     assert rows["optimizer steps"] == "3"
     assert rows["generated tokens"] == "1,200" and rows["effective tokens"] == "900"
     assert rows["reward (first → last logged)"] == "0.2000 → 0.6000"

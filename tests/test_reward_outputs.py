@@ -12,13 +12,13 @@ import pkgutil
 import textwrap
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from types import SimpleNamespace
 
 import pytest
 
 from trl_loo_gspo.algorithms.span_types import SpanSignal
 from trl_loo_gspo.trainer.checks import RewardChecks, RewardOutputs
 from trl_loo_gspo.trainer.process import ProcessFeedback
+from trl_loo_gspo.trainer.run_plan import ProcessFeedbackPlan
 from trl_loo_gspo.verifiers import RewardOutput, Verifier, VerifierResult
 from trl_loo_gspo.verifiers.shaping import ShapedReward
 
@@ -156,8 +156,7 @@ def test_checked_reward_funcs_hand_each_call_its_own_outputs():
 
 def test_process_feedback_reads_the_calls_outputs_only():
     verifier = EchoVerifier()
-    args = SimpleNamespace(process_advantage_coef=0.5, process_divergence_window=4)
-    feedback = ProcessFeedback(args, [verifier], processing_class=None, accelerator=None)
+    feedback = ProcessFeedback(ProcessFeedbackPlan(coef=0.5, window=4), [verifier], None, accelerator=None)
     outputs = RewardOutputs()
     outputs.recorder(0, "echo")(verifier.score_batch(**call_of("a", 2)))
     entries = feedback.collect_signals(outputs, 2)

@@ -148,7 +148,7 @@ def test_an_all_unscorable_run_says_it_trained_nothing(tmp_path, caplog, capsys)
     messages = [r.getMessage() for r in caplog.records]
     assert sum("could be scored" in m and "'reward_none' returned None for 16" in m for m in messages) == 1  # once
     assert any(m.startswith("This run trained nothing: every answer was unscorable ('reward_none'") for m in messages)
-    rows = dict(summary_rows(trainer.state.log_history, trainer))
+    rows = dict(summary_rows(trainer.state.log_history, trainer.run_facts()))
     assert rows["TRAINED NOTHING"].startswith("every answer was unscorable")
     assert rows["unscorable answers (mean)"] == "1.0000"
     assert "TRAINED NOTHING" in capsys.readouterr().out
@@ -178,7 +178,7 @@ def test_nan_rewards_are_named_once_and_the_run_still_trains(tmp_path, caplog):
     assert len(nan_notes) == 1
     assert nan_notes[0].startswith("reward function 'reward_half_nan' returned NaN for 8 of 16")
     assert trainer.nothing_trained() is None and trainer.effective_tokens_total > 0
-    rows = dict(summary_rows(trainer.state.log_history, trainer))
+    rows = dict(summary_rows(trainer.state.log_history, trainer.run_facts()))
     assert rows["unscorable answers (mean)"] == "0.5000" and "TRAINED NOTHING" not in rows
 
 

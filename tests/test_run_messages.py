@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import re
 import warnings
-from types import SimpleNamespace
 
 import pytest
 
 from trl_loo_gspo import LooGspoConfig
 from trl_loo_gspo.trainer.checks import RewardFunctionError, RewardTally, nothing_trained_reason
-from trl_loo_gspo.trainer.reporting import objective_line, summary_rows
+from trl_loo_gspo.trainer.reporting import RunFacts, objective_line, summary_rows
 
 from .helpers import base_kwargs, reward_trainer
 
@@ -102,7 +101,7 @@ def test_a_constant_reward_with_dynamic_sampling_says_the_reward_is_constant(tmp
     reason = trainer.nothing_trained()
     assert reason.startswith("the reward is constant over every group") and "returned 1 for every" in reason
     assert "cannot help" in reason and "Raise max_sampling_rounds" not in reason
-    rows = dict(summary_rows(trainer.state.log_history, trainer))
+    rows = dict(summary_rows(trainer.state.log_history, trainer.run_facts()))
     assert rows["entropy (mean, nats/token)"] == "—" and rows["clip fraction (answers, mean)"] == "—"
 
 
@@ -117,7 +116,7 @@ def test_unmeasured_metrics_show_a_dash_not_zero():
         {"loss": 0.0, "entropy": 0.0, "clip_ratio/region_answers": 0.0, "tokens/valid": 0.0},
         {"loss": 0.1, "entropy": 2.0, "clip_ratio/region_answers": 0.5, "tokens/valid": 12.0},
     ]
-    trainer = SimpleNamespace(state=SimpleNamespace(global_step=2))
-    rows = dict(summary_rows(history, trainer))
+    facts = RunFacts(global_step=2, generated_tokens=0, effective_tokens=0)
+    rows = dict(summary_rows(history, facts))
     assert rows["entropy (mean, nats/token)"] == "2.0000" and rows["clip fraction (answers, mean)"] == "0.5000"
-    assert dict(summary_rows(history[:1], trainer))["entropy (mean, nats/token)"] == "—"
+    assert dict(summary_rows(history[:1], facts))["entropy (mean, nats/token)"] == "—"

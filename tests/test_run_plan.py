@@ -9,7 +9,8 @@ from datasets import Dataset
 
 from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
 from trl_loo_gspo.demo.task import AdditionTask, AdditionVerifier
-from trl_loo_gspo.trainer.budget import RolloutTokenBudget, RunPlan
+from trl_loo_gspo.trainer.budget import RolloutTokenBudget
+from trl_loo_gspo.trainer.run_plan import RunPlan
 from trl_loo_gspo.verifiers.base import VerifierResult
 
 from .helpers import TINY_POLICY, controlled_trainer
@@ -21,15 +22,26 @@ def test_the_plan_takes_the_smallest_budget_given_either_way():
     args = SimpleNamespace(rollout_token_budget=500)
     assert RunPlan.resolve(SimpleNamespace(rollout_token_budget=None)) == RunPlan(None)
     assert RunPlan.resolve(args).rollout_token_budget == 500
-    callbacks = [RolloutTokenBudget(None), RolloutTokenBudget(None, 60), object()]
+    callbacks = [RolloutTokenBudget(), RolloutTokenBudget(60), object()]
     assert RunPlan.resolve(args, callbacks).rollout_token_budget == 60
     assert RunPlan.resolve(SimpleNamespace(rollout_token_budget=40), callbacks).rollout_token_budget == 40
     plan = RunPlan(100)
     assert plan.tokens_left(30) == 70 and plan.tokens_left(130) == 0 and RunPlan().tokens_left(10**9) is None
     assert plan.reached(100) and not plan.reached(99) and not RunPlan().reached(10**9)
     assert plan.progress(130) == 100 and RunPlan().progress(130) == 130
-    with pytest.raises(ValueError, match="budget"):
-        RolloutTokenBudget(None, 0)
+    assert plan.with_callbacks(callbacks).rollout_token_budget == 60  # folded onto the configured budget
+    assert RunPlan(configured_budget=500).with_callbacks([RolloutTokenBudget(700)]).rollout_token_budget == 500
+    for bad in (0, -5, 2.5, True):
+        with pytest.raises(ValueError, match="budget"):
+            RolloutTokenBudget(bad)
+
+
+def test_the_0x_callback_form_with_a_trainer_still_works_and_warns():
+    with pytest.warns(FutureWarning, match="RolloutTokenBudget\\(budget, progress\\)"):
+        legacy = RolloutTokenBudget(object(), 60, print)
+    assert legacy.budget == 60 and legacy.progress is print
+    with pytest.warns(FutureWarning):
+        assert RolloutTokenBudget(None, 40).budget == 40  # (trainer=None, budget) as 0.x tests wrote it
 
 
 def _rounds(trainer) -> list[int]:
@@ -45,7 +57,7 @@ def test_a_budget_given_either_way_stops_the_rounds_inside_a_step(tmp_path, give
         LooGspoTrainer, tmp_path, never, max_steps=1, max_sampling_rounds=ROUNDS, **config
     )
     if given_as == "callback":
-        trainer.add_callback(RolloutTokenBudget(trainer, 60))
+        trainer.add_callback(RolloutTokenBudget(60))
     trainer.train()
     assert trainer.run_plan.rollout_token_budget == 60
     assert _rounds(trainer) == [2]  # 56 tokens a round: the second reaches 60, and no third is drawn
@@ -131,7 +143,7 @@ def test_the_objective_is_resolved_once_per_run_not_per_step(tmp_path, monkeypat
     trainer, _, _ = controlled_trainer(LooGspoTrainer, tmp_path, max_steps=2, steps_per_generation=4)
     built = len(calls)  # the config's own validation, TRL's constructor check and the run plan
     plan = trainer.run_plan
-    trainer.add_callback(RolloutTokenBudget(trainer, 10**6))
+    trainer.add_callback(RolloutTokenBudget(10**6))
     trainer.train()
     assert trainer.state.global_step == 2
     assert len(calls) == built  # 0 while training: no hook, loss or record resolves it again

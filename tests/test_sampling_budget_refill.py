@@ -30,7 +30,7 @@ def test_with_the_probe_nothing_new_is_drawn_once_the_budget_is_spent(tmp_path, 
         LooGspoTrainer, tmp_path, max_steps=1, probe_generations=2, max_sampling_rounds=8, **config
     )  # always-right, always-wrong and mixed prompts: some probes fail, so the batch is not full after round 2
     if given_as == "callback":
-        trainer.add_callback(RolloutTokenBudget(trainer, 1))
+        trainer.add_callback(RolloutTokenBudget(1))
     trainer.train()
     logged = _sampling(trainer)
     assert logged["sampling/rounds"] <= 2, logged["sampling/rounds"]
@@ -43,13 +43,18 @@ def test_with_the_probe_nothing_new_is_drawn_once_the_budget_is_spent(tmp_path, 
 def test_the_registration_record_keeps_a_budget_given_as_a_callback(tmp_path):
     """B2: the ablation runner hands the budget as a callback; experiment.json recorded the config field (null)."""
     trainer, _, _ = controlled_trainer(LooGspoTrainer, tmp_path, max_steps=1)
-    trainer.add_callback(RolloutTokenBudget(trainer, 60))
+    trainer.add_callback(RolloutTokenBudget(60))
     trainer.train()
     record = json.loads((tmp_path / "experiment.json").read_text())
     assert record["budget"]["rollout_token_budget"] == 60
     assert trainer.experiment_record["budget"]["rollout_token_budget"] == 60
-    # the run plan's sampling settings are recorded whole
-    assert record["sampling_plan"]["dynamic_sampling"] is True and record["sampling_plan"]["num_generations"] == 4
+    # the run plan is recorded whole: its budget, objective, sampling, feedback and records settings
+    plan = record["run_plan"]
+    assert plan == json.loads(json.dumps(trainer.run_plan.to_dict()))
+    assert plan["rollout_token_budget"] == 60 and plan["configured_budget"] is None
+    assert plan["sampling"]["dynamic_sampling"] is True and plan["sampling"]["num_generations"] == 4
+    assert plan["objective"]["loss_type"] == "loo_gspo" and plan["feedback"]["entropy"]["on"] is False
+    assert plan["records"]["register_experiment"] is True
 
 
 def test_without_shuffling_refill_never_redraws_the_batch_being_filled(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import pytest
 import torch
 from datasets import Dataset
 from hypothesis import HealthCheck, given, settings
@@ -18,10 +19,12 @@ from trl_loo_gspo.algorithms.sampling_rounds import (
     BUDGET_SPENT,
     ROUND_CAP,
     NextRound,
+    ProbeLayout,
     RoundRules,
     RoundState,
     Stop,
     next_round,
+    probe_layout,
 )
 from trl_loo_gspo.trainer.rollout import DynamicSampler
 from trl_loo_gspo.trainer.sampling_plan import SamplingCalls, SamplingPlan
@@ -95,6 +98,115 @@ def test_a_full_batch_stops_and_a_spent_budget_stops_unless_a_probe_waits():
     assert next_round(rules, RoundState(rounds=1, filled=8, pending_groups=1, pending_rows=4, kept=3, decided=4)) == (
         NextRound(2, 2)
     )
+
+
+# ---------------------------------------------------------------------------------------------- the probe's layout
+@st.composite
+def probe_cases(draw) -> dict:
+    """One round's probed prompts and the settings ``probe_layout`` reads, as config validation allows them
+    (2 <= probe < K; with adaptive sizes probe <= min <= max), pass rates in [0, 1]."""
+    probe = draw(st.integers(2, 4))
+    k = draw(st.integers(probe + 1, 12))
+    low = draw(st.integers(probe, 2 * k))
+    n = draw(st.integers(0, 10))
+    rate = st.one_of(st.integers(0, probe).map(lambda hits: hits / probe), st.floats(0.0, 1.0))
+    return dict(
+        probe_means=draw(st.lists(rate, min_size=n, max_size=n)),
+        passing=draw(st.lists(st.booleans(), min_size=n, max_size=n)),
+        rows_missing=draw(st.integers(-2 * k, 6 * k)),
+        probe=probe,
+        num_generations=k,
+        adaptive=draw(st.booleans()),
+        group_size_bounds=(low, draw(st.integers(low, 2 * k + 2))),
+        final=draw(st.booleans()),
+    )
+
+
+@settings(max_examples=2000, deadline=None)
+@given(probe_cases())
+def test_the_probe_layout_keeps_its_promises(case):
+    layout = probe_layout(**case)
+    n, probe, k = len(case["passing"]), case["probe"], case["num_generations"]
+    passed = [j for j in range(n) if case["passing"][j]]
+    sized = sorted(layout.size_of)
+    # every prompt in exactly one place, each list ascending; the filtered ones are exactly those that did not pass
+    parts = [layout.filtered, layout.surplus, layout.complete, layout.continued]
+    assert sorted(j for part in parts for j in part) == list(range(n))
+    assert all(part == sorted(part) for part in parts)
+    assert layout.filtered == [j for j in range(n) if not case["passing"][j]]
+    assert not set(layout.filtered) & (set(layout.size_of) | set(layout.surplus))
+    # the prompts given rows are the complete and the continued ones; surplus = passed and given no rows
+    assert sized == sorted(layout.complete + layout.continued)
+    assert layout.surplus == [j for j in passed if j not in layout.size_of]
+    assert all(layout.size_of[j] == probe for j in layout.complete)
+    assert all(layout.size_of[j] > probe for j in layout.continued)
+    # the real invariant (pass rates in [0, 1]): the rows taken fit in the rows missing, a negative count as 0
+    used = sum(layout.size_of.values())
+    assert used <= max(case["rows_missing"], 0)
+    if case["final"]:  # no continuation can follow: only groups of exactly the probe size
+        assert not layout.continued and all(size == probe for size in layout.size_of.values())
+    elif case["adaptive"]:
+        low, high = case["group_size_bounds"]
+        assert all(low <= size <= high for size in layout.size_of.values())
+        # the most informative prompts first: every prompt given rows ranks before every surplus one
+        rank = {j: (-case["probe_means"][j] * (1 - case["probe_means"][j]), j) for j in passed}
+        assert all(rank[j] < rank[s] for j in sized for s in layout.surplus)
+        if layout.surplus:  # a prompt is surplus only when at most one smallest group's rows are left
+            assert max(case["rows_missing"], 0) - used <= low
+    else:  # K each, in index order, for as many as fit
+        fits = max(case["rows_missing"], 0) // k
+        assert layout.size_of == {j: k for j in passed[:fits]}
+        assert layout.surplus == passed[fits:]
+
+
+@settings(max_examples=500, deadline=None)
+@given(probe_cases())
+def test_the_final_round_takes_the_groups_of_the_probe_size_and_leaves_the_rest_unused(case):
+    """On the last round the sizes are those of any other round, less every group larger than the probe: its rows
+    stay unused (not handed to another prompt) and its prompt is surplus."""
+    before = probe_layout(**{**case, "final": False})
+    last = probe_layout(**{**case, "final": True})
+    assert last.complete == before.complete
+    assert last.size_of == {j: before.size_of[j] for j in before.complete}
+    assert last.surplus == sorted(before.surplus + before.continued)
+    assert last.filtered == before.filtered and last.continued == []
+
+
+def test_the_probe_layout_by_hand():
+    # K = 4 each for as many as fit: 8 rows -> the first two passing prompts (0, 2); 1 failed its probe; 3, 4 surplus
+    means, passing = [0.5, 0.0, 0.25, 0.75, 0.5], [True, False, True, True, True]
+    assert probe_layout(means, passing, 8, 2, 4, False, (2, 8), False) == ProbeLayout(
+        size_of={0: 4, 2: 4}, filtered=[1], surplus=[3, 4], complete=[], continued=[0, 2]
+    )
+    # the last round: no group of K = 4 can be completed, so every passing probe is surplus
+    assert probe_layout(means, passing, 8, 2, 4, False, (2, 8), True) == ProbeLayout(
+        size_of={}, filtered=[1], surplus=[0, 2, 3, 4], complete=[], continued=[]
+    )
+    # fewer rows missing than K (or none, or a negative count): every passing prompt is surplus
+    assert probe_layout(means, passing, 3, 2, 4, False, (2, 8), False).surplus == [0, 2, 3, 4]
+    assert probe_layout(means, passing, -4, 2, 4, True, (2, 8), False).surplus == [0, 2, 3, 4]
+    # adaptive, bounds (2, 8), 12 rows, p = 1/2 each: 2 + 6·4p(1−p) = 8 for prompt 0, the 4 rows left for prompt 1
+    assert probe_layout([0.5, 0.5, 0.0, 0.5], [True, True, False, True], 12, 2, 4, True, (2, 8), False) == (
+        ProbeLayout(size_of={0: 8, 1: 4}, filtered=[2], surplus=[3], complete=[], continued=[0, 1])
+    )
+    # 10 rows: 8 for prompt 0, the last 2 make prompt 1 a group of exactly the probe size (complete now) ...
+    assert probe_layout([0.5, 0.5], [True, True], 10, 2, 4, True, (2, 8), False) == ProbeLayout(
+        size_of={0: 8, 1: 2}, filtered=[], surplus=[], complete=[1], continued=[0]
+    )
+    # ... and on the last round only that one is taken; prompt 0's 8 rows stay unused
+    assert probe_layout([0.5, 0.5], [True, True], 10, 2, 4, True, (2, 8), True) == ProbeLayout(
+        size_of={1: 2}, filtered=[], surplus=[0], complete=[1], continued=[]
+    )
+    # probe 4, bounds (4, 12), 20 rows: the most informative first (p = 1/2: 12), then p = 1/4 (4 + 8·3/4 = 10 wanted,
+    # the 8 left given); prompts 2 and 3 (as informative as 0, later) get nothing
+    assert probe_layout([0.25, 0.5, 0.75, 0.25], [True] * 4, 20, 4, 8, True, (4, 12), False) == ProbeLayout(
+        size_of={0: 8, 1: 12}, filtered=[], surplus=[2, 3], complete=[], continued=[0, 1]
+    )
+
+
+def test_the_probe_layout_wants_one_pass_flag_per_mean():
+    with pytest.raises(ValueError, match="one pass flag per probe mean"):
+        probe_layout([0.5, 0.5], [True], 8, 2, 4, False, (2, 8), False)
 
 
 # ---------------------------------------------------------------------------------------------- the sampler

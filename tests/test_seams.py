@@ -22,6 +22,7 @@ from .helpers import (
     controlled_trainer,
     make_model_and_tokenizer,
     multistep_rollout,
+    spy_rounds,
 )
 
 pytestmark = pytest.mark.slow
@@ -46,10 +47,7 @@ class Spy(LooGspoTrainer):
             return final_inputs, replay
 
         self.sampler._probe_round, self.sampler.sample = spy_probe_round, spy_sample
-
-    def _log_round(self, mode, output, round_data, *rest):
-        super()._log_round(mode, output, round_data, *rest)
-        self.rounds.append(round_data)
+        spy_rounds(self, lambda output, round_data, training: self.rounds.append(round_data))
 
 
 def controlled(tmp_path, dataset=None, **overrides):

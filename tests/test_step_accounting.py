@@ -3,7 +3,6 @@
 import itertools
 import json
 import random
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -68,7 +67,7 @@ class _Trainer:
 
 
 def test_run_state_comes_back_from_trainer_state_or_the_legacy_file(tmp_path):
-    saved = RunStateCallback(_Trainer()).state()
+    saved = RunStateCallback(_Trainer().run_state).state()
     assert saved_run_state({"RunStateCallback": saved}, None) == {"generated_tokens_total": 12}
     assert saved_run_state({"RunStateCallback": [saved]}, None) == {"generated_tokens_total": 12}
     assert saved_run_state({}, None) is None
@@ -81,6 +80,7 @@ def test_a_run_state_saved_by_release_0_1_loads_into_the_components():
     """0.1 saved one flat dict; today each component has its own entry (trainer.load_run_state upgrades it)."""
     from trl_loo_gspo.trainer.entropy import EntropyFeedback
     from trl_loo_gspo.trainer.reference_kl import ReferenceKL
+    from trl_loo_gspo.trainer.run_plan import EntropyFeedbackPlan
     from trl_loo_gspo.trainer.run_state import upgrade_run_state
     from trl_loo_gspo.trainer.step import TokenCounters
 
@@ -98,8 +98,7 @@ def test_a_run_state_saved_by_release_0_1_loads_into_the_components():
     counters.load_state_dict(state["counters"])
     assert (counters.generated, counters.effective) == (120, 80)
     assert state["sampler"]["sampling_counters"] == {"rounds": 3} and "7" in state["sampler"]["filtered_registry"]
-    args = SimpleNamespace(entropy_feedback=True, entropy_k_init=0.0, entropy_feedback_target=None)
-    feedback = EntropyFeedback(args)
+    feedback = EntropyFeedback(EntropyFeedbackPlan(on=True))
     feedback.load_state_dict(state["entropy_feedback"])
     assert (feedback.k, feedback.target, feedback.calibration) == (1e-4, 2.5, [2.4, 2.6])
     kl = object.__new__(ReferenceKL)

@@ -19,6 +19,7 @@ from .helpers import (
     param_delta,
     reference_gradient,
     run_recorded,
+    spy_rounds,
 )
 
 pytestmark = pytest.mark.slow
@@ -121,10 +122,10 @@ class RecordingBatches(LooGspoTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.batches = []
+        spy_rounds(self, self._record)
 
-    def _log_round(self, mode, output, round_data, *rest):
-        super()._log_round(mode, output, round_data, *rest)
-        if mode == "train":
+    def _record(self, output, round_data, training):
+        if training:
             self.batches.append({"rewards": round_data.rewards_per_func.clone(), "output": output})
 
 

@@ -22,9 +22,15 @@ NOISE_METRICS = (
 )
 
 
+def round_position(round_step: int, global_step: int) -> int:
+    """Optimizer steps run since the round was generated at optimizer step ``round_step`` (``-1``: unknown, counted
+    as off-policy): 0 on a fresh round, whose loss pass uses the weights of the old-log-prob pass (``s_i ≠ 1`` is
+    then noise); the clip figures are tallied by it (docs/metrics.md, "Where the clip bites")."""
+    return max(global_step - round_step, 0)
+
+
 def fresh_round(round_step: int, global_step: int) -> bool:
-    """True when no optimizer step has run since the round was generated at optimizer step ``round_step``: the
-    loss pass then uses the weights of the old-log-prob pass, and ``s_i ≠ 1`` is noise."""
+    """True when no optimizer step has run since the round was generated (:func:`round_position` 0)."""
     return round_step == global_step
 
 

@@ -1,8 +1,10 @@
-"""The decisions of dynamic sampling's rounds (method §3.1, docs/sampling.md), as a pure function: after each
+"""The decisions of dynamic sampling's rounds (method §3.1, docs/sampling.md), as pure functions: after each
 generation round, what the sampler does next — stop (batch full, budget spent, round cap, too few rows for a group)
-or generate another round (the continuations of passing probes, plus how many new prompts). The sampler
-(``trainer.rollout.DynamicSampler``) is the I/O shell: it generates, exchanges across ranks and assembles the batch,
-and asks :func:`next_round` what to do; every decision is taken here, on values every rank shares.
+or generate another round (the continuations of passing probes, plus how many new prompts) — and, with the
+two-stage probe, what becomes of each probed prompt (filtered, surplus, complete already, or continued at which group
+size). The sampler (``trainer.rollout.DynamicSampler``) is the I/O shell: it generates, exchanges across ranks and
+assembles the batch, and asks :func:`next_round` and :func:`probe_layout` what to do; every decision is taken here,
+on values every rank shares.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .group_filter import adaptive_round_can_fill, refill_prompt_count
+from .group_filter import adaptive_round_can_fill, allocate_group_sizes, refill_prompt_count
 
 #: Why the rounds stopped before the batch was full (``Stop.reason``); ``None`` = the batch is full.
 BUDGET_SPENT = "rollout-token budget reached"
@@ -121,3 +123,72 @@ def next_round(rules: RoundRules, state: RoundState) -> Stop | NextRound:
     keep_rate = state.kept / max(state.decided, 1)
     count = refill_prompt_count(math.ceil(open_rows / k), keep_rate, rules.ranks, layout, rules.groups_per_batch)
     return NextRound(count, layout)
+
+
+@dataclass(frozen=True)
+class ProbeLayout:
+    """What becomes of each probed prompt of a round (indices into the round's new prompts, each list ascending).
+
+    Attributes:
+        size_of: full group size of each passing prompt that got rows (size > 0), in ascending index order.
+        filtered: the probe did not pass: decided now, as a group of the probe's answers.
+        surplus: the probe passed but the batch had no room for its group (size 0): its answers are discarded.
+        complete: size == the probe size: the probe answers are the whole group, decided now by the group filter.
+        continued: size > the probe size: pending, the next round generates the ``size_of[j] - probe`` answers left.
+
+    Every prompt is in exactly one of ``filtered``, ``surplus``, ``complete``, ``continued`` when the sizes are 0 or
+    at least the probe size, which config validation ensures (``probe_generations < num_generations``, and
+    ``probe_generations <= min_generations``) for pass rates in [0, 1]; a size strictly between 0 and the probe size
+    would be in ``size_of`` only, as it was in the sampler before this function.
+    """
+
+    size_of: dict[int, int]
+    filtered: list[int]
+    surplus: list[int]
+    complete: list[int]
+    continued: list[int]
+
+
+def probe_layout(
+    probe_means: list[float],
+    passing: list[bool],
+    rows_missing: int,
+    probe: int,
+    num_generations: int,
+    adaptive: bool,
+    group_size_bounds: tuple[int, int],
+    final: bool,
+) -> ProbeLayout:
+    """The two-stage probe's decisions for one round's new prompts (method §3.1 variant, docs/sampling.md).
+
+    Prompt ``j`` passed its probe when ``passing[j]`` (its probe pass rate ``probe_means[j]`` strictly inside
+    ``probe_pass_rate_band``, decided by the sampler's group filter). The passing prompts share the ``rows_missing``
+    rows still open (after the groups completed this round; a negative count counts as 0): K (``num_generations``)
+    rows each, in index order, for as many as fit, or with ``adaptive`` the sizes of
+    :func:`~trl_loo_gspo.algorithms.group_filter.allocate_group_sizes` from their pass rates within
+    ``group_size_bounds`` (the most informative first). On the ``final`` round no continuation can follow, so
+    only groups of exactly ``probe`` answers are taken (the rows given to larger groups stay unused). A passing
+    prompt given no rows is surplus.
+    The sizes taken add up to at most ``max(rows_missing, 0)`` when every pass rate lies in [0, 1] (the guarantee of
+    ``allocate_group_sizes``; tests/test_sampling_rounds.py).
+    """
+    if len(probe_means) != len(passing):
+        raise ValueError(f"one pass flag per probe mean: {len(passing)} flags for {len(probe_means)} means")
+    passed = [j for j, ok in enumerate(passing) if ok]
+    rows = max(rows_missing, 0)
+    # §3.1 two-stage probe: the passing prompts' group sizes at the rows still open (adaptive K or K each)
+    if adaptive:
+        sizes = allocate_group_sizes([float(probe_means[j]) for j in passed], rows, *group_size_bounds)
+    else:
+        fits = rows // num_generations
+        sizes = [num_generations if position < fits else 0 for position in range(len(passed))]
+    if final:  # no later round can continue a probe
+        sizes = [size if size == probe else 0 for size in sizes]
+    size_of = {j: size for j, size in zip(passed, sizes, strict=True) if size > 0}
+    return ProbeLayout(
+        size_of=size_of,
+        filtered=[j for j, ok in enumerate(passing) if not ok],
+        surplus=[j for j in passed if j not in size_of],
+        complete=[j for j in sorted(size_of) if size_of[j] == probe],
+        continued=[j for j in sorted(size_of) if size_of[j] > probe],
+    )

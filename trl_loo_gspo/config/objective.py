@@ -124,6 +124,13 @@ class Objective:
         return None if self.loss_aggregation is None else AGGREGATIONS[self.loss_aggregation].count
 
     @property
+    def count_column(self) -> int | None:
+        """Column of a slice's ``[tokens, answers]`` counts that is our loss's denominator; ``None`` with TRL's
+        loss."""
+        count = self.denominator_count
+        return None if count is None else (0 if count == "tokens" else 1)
+
+    @property
     def trl_advantages(self) -> bool:
         return self.advantage_estimator == TRL_ADVANTAGES
 

@@ -184,7 +184,7 @@ def _train(name: str, trainer_cls: type, args: LooGspoConfig, model, session: _S
     callback = _BudgetAndCurve(demo, session.validation, session.tokenizer, display, session.before)
     callback.trainer = trainer
     if demo.rollout_tokens > 0:  # the token budget joins the trainer's run plan (its sampling rounds stop at it too)
-        trainer.add_callback(RolloutTokenBudget(trainer, demo.rollout_tokens))
+        trainer.add_callback(RolloutTokenBudget(demo.rollout_tokens))
     trainer.add_callback(callback)
     trainer.add_callback(StopOnCtrlC(ctrl_c))
     start = time.perf_counter()
@@ -334,7 +334,7 @@ def _train_all(plans: list[tuple], policy, session: _Session) -> dict:
         runs[name] = _run_record(session.before, after, result, args)
         if runs[name]["interrupted"] or session.ctrl_c.requested:
             break
-        if args.summary_table and not demo.quiet:
+        if result.trainer.run_plan.records.summary_table and not demo.quiet:
             session.console.print(run_summary_table(name, result.trainer))
     return runs
 
@@ -350,7 +350,7 @@ def _evaluate_unless_killed(demo: DemoConfig, model, tokenizer, validation) -> d
 def run_summary_table(name: str, trainer):
     """The trainer's run summary (``reporting.summary_rows``) as a rich table."""
     return summary_table(
-        summary_rows(trainer.state.log_history, trainer), f"{name} run summary: {trainer.args.output_dir}"
+        summary_rows(trainer.state.log_history, trainer.run_facts()), f"{name} run summary: {trainer.args.output_dir}"
     )
 
 

@@ -242,6 +242,7 @@ def build_trainer(
     from trl import get_peft_config, get_quantization_config
 
     from ..trainer import LooGspoTrainer
+    from ..trainer.run_plan import RunPlan
     from ..trainer.validation import ValidationCallback
 
     if not model_args.model_name_or_path:
@@ -282,7 +283,8 @@ def build_trainer(
             f"{script_args.dataset_test_split!r} and validation_size=0): nothing will be evaluated.",
             stacklevel=2,
         )
-    verifier = build_verifier(script_args, emit_spans=getattr(training_args, "process_advantage_coef", 0.0) > 0)
+    feedback = RunPlan.resolve(training_args).feedback  # None for a stock GRPOConfig (a baseline run)
+    verifier = build_verifier(script_args, emit_spans=feedback is not None and feedback.process.on)
     trainer = (trainer_cls or LooGspoTrainer)(
         model=model_args.model_name_or_path,
         reward_funcs=build_reward_funcs(script_args, verifier, training_args),

@@ -8,6 +8,7 @@ writes the merged model when ``hub_merge_adapter`` is set (see ``docs/recipes.md
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 # The four sources the method builds on (docs/method.md, "Sources"), without links.
@@ -46,9 +47,9 @@ _AGGREGATIONS = {
 }
 
 
-def _on(args: Any, name: str) -> bool:
+def _on(settings: Mapping[str, Any], name: str) -> bool:
     """Whether an optional component is on (``True``, a positive number, a set value)."""
-    value = getattr(args, name, None)
+    value = settings.get(name)
     return bool(value) and value is not None
 
 
@@ -66,7 +67,7 @@ def method_title(objective: Any) -> str:
     return f"TRL's `{objective.loss_type}` loss with trl-loo-gspo's `{estimator}` advantages"
 
 
-def method_summary(objective: Any, args: Any) -> str:
+def method_summary(objective: Any, settings: Mapping[str, Any]) -> str:
     """One paragraph that is true of the objective that trained: the advantages, the ratio and clipping, the
     aggregation, and the optional components that were on (dynamic sampling, the probe, entropy feedback, ...)."""
     estimator = objective.advantage_estimator
@@ -105,27 +106,27 @@ def method_summary(objective: Any, args: Any) -> str:
             f"{objective.importance_sampling_level}-level importance ratio and TRL's clipping and normalisation; "
             "trl-loo-gspo's response-level clipped loss and its global valid-token denominator were not used."
         )
-    if _on(args, "dynamic_sampling"):
+    if _on(settings, "dynamic_sampling"):
         probe = ""
-        if _on(args, "probe_generations"):
-            probe = f", with a two-stage probe of {args.probe_generations} answers per prompt first"
-        if _on(args, "adaptive_group_size"):
+        if _on(settings, "probe_generations"):
+            probe = f", with a two-stage probe of {settings['probe_generations']} answers per prompt first"
+        if _on(settings, "adaptive_group_size"):
             probe += " and per-prompt group sizes"
         sentences.append(
             f"Groups without a comparison signal were dropped and refilled with new prompts (dynamic sampling"
             f"{probe}; method §3.1)."
         )
-    if _on(args, "entropy_feedback"):
+    if _on(settings, "entropy_feedback"):
         sentences.append("The upper clip bound ε_high was moved by entropy feedback (method §5.1).")
     clamp = objective.log_ratio_clamp
     if clamp is not None and objective.uses_own_loss:
         sentences.append(f"The log sequence ratio was clamped to ±{clamp} (outer guard, method §5.1).")
-    if _on(args, "beta"):
-        sentences.append(f"A reference KL penalty with β = {args.beta} was added (method §5.1).")
-    if _on(args, "process_advantage_coef"):
+    if _on(settings, "beta"):
+        sentences.append(f"A reference KL penalty with β = {settings['beta']} was added (method §5.1).")
+    if _on(settings, "process_advantage_coef"):
         sentences.append(
             f"Per-token process advantages from span signals were added with coefficient "
-            f"{args.process_advantage_coef} (method §6)."
+            f"{settings['process_advantage_coef']} (method §6)."
         )
     return " ".join(sentences)
 
@@ -166,17 +167,20 @@ def _flag_rows(objective: Any) -> tuple[tuple[str, str], ...]:
     return tuple(rows)
 
 
-def method_section(args: Any, objective: Any) -> str:
-    """The objective that trained, in one paragraph, and its flags, from a ``LooGspoConfig`` (or a ``GRPOConfig``).
+def method_section(settings: Mapping[str, Any], objective: Any) -> str:
+    """The objective that trained, in one paragraph, and its flags.
 
-    ``objective``: the resolved objective (``trl_loo_gspo.config.objective.Objective``, the trainer's
-    ``trainer.objective``: the one resolution the trainer, the card and the registration record read). The paragraph
+    ``settings``: the run's values by field name: the run plan's, as resolved
+    (:meth:`~trl_loo_gspo.trainer.run_plan.RunPlan.flags`), and TRL's (``beta``, ``num_generations``,
+    ``max_completion_length``, ``temperature``, ``learning_rate``). ``objective``: the resolved objective
+    (``trl_loo_gspo.config.objective.Objective``, the run plan's: the one resolution the trainer, the card and the
+    registration record read). The paragraph
     names the loss and the advantages that actually trained (ours, TRL's, or TRL's loss with ours), and the optional
     components only when they were on; the table shows each resolved field's value that trained."""
     lines = [
         f"## Method: {method_title(objective)}",
         "",
-        method_summary(objective, args),
+        method_summary(objective, settings),
         "",
         "| flag | value | meaning |",
         "|---|---|---|",
@@ -185,8 +189,8 @@ def method_section(args: Any, objective: Any) -> str:
     for name, meaning in _flag_rows(objective):
         if name in resolved:  # the value that trained, not the unset field
             lines.append(f"| `{name}` | `{resolved[name]}` | {meaning} |")
-        elif hasattr(args, name):
-            lines.append(f"| `{name}` | `{getattr(args, name)}` | {meaning} |")
+        elif name in settings:
+            lines.append(f"| `{name}` | `{settings[name]}` | {meaning} |")
     return "\n".join(lines) + "\n"
 
 
@@ -221,10 +225,12 @@ def sources_section() -> str:
     return "## Sources\n\n" + "\n".join(f"{i}. {text}" for i, text in enumerate(SOURCES, start=1)) + "\n"
 
 
-def card_sections(args: Any, history: list[dict[str, float]], record: dict[str, Any] | None, objective: Any) -> str:
+def card_sections(
+    settings: Mapping[str, Any], history: list[dict[str, float]], record: dict[str, Any] | None, objective: Any
+) -> str:
     """Everything appended to TRL's model card, in order (``objective``: see :func:`method_section`)."""
     parts = [
-        method_section(args, objective),
+        method_section(settings, objective),
         validation_section(history),
         registration_section(record),
         sources_section(),

@@ -1,9 +1,10 @@
 """Experiment registration (method §2): what every run records before it trains, and the split-overlap refusal.
 
 "Every experiment must register: base model, task and data split, verifier version, context and generation limits,
-optimizer, training budget." :func:`experiment_record` gathers these from a trainer; ``LooGspoTrainer.train``
-writes them to ``<output_dir>/experiment.json`` before the first step, and refuses to start when the validation
-split (``eval_dataset``) shares prompts with the training split (:func:`split_overlap`).
+optimizer, training budget." :func:`experiment_record` gathers these from the run's values (its model, datasets,
+reward functions, arguments and run plan); ``LooGspoTrainer.train`` writes them to ``<output_dir>/experiment.json``
+before the first step, and refuses to start when the validation split (``eval_dataset``) shares prompts with the
+training split (:func:`split_overlap`).
 """
 
 from __future__ import annotations
@@ -145,44 +146,36 @@ def _reward_description(func: Any) -> dict[str, Any]:
     return description
 
 
-def _objective(trainer) -> dict[str, Any] | None:
-    """The resolved objective the trainer trains (``trainer.objective``, a dataclass), as plain data."""
-    objective = getattr(trainer, "objective", None)
-    if objective is None or not dataclasses.is_dataclass(objective):
-        return None
-    return dataclasses.asdict(objective)
-
-
-def _sampling_plan(trainer: Any) -> dict | None:
-    """The run plan's sampling settings as plain data (``None`` for a trainer without a run plan)."""
-    sampling = getattr(getattr(trainer, "run_plan", None), "sampling", None)
-    return None if sampling is None else json.loads(json.dumps(dataclasses.asdict(sampling)))
-
-
-def _rollout_token_budget(trainer: Any, args: Any) -> int | None:
-    """The budget the run stops at: the trainer's run plan when it has one (a budget given as a callback is only
-    there), else the config field."""
-    plan = getattr(trainer, "run_plan", None)
-    return plan.rollout_token_budget if plan is not None else getattr(args, "rollout_token_budget", None)
-
-
 def experiment_record(
-    trainer, task: str | None = None, weights_sha256: str | None = None, fingerprint=content_fingerprint
+    *,
+    model: Any,
+    args: Any,
+    plan: Any,
+    train: Any,
+    validation: Any,
+    reward_funcs: list,
+    reward_weights: list[float],
+    processes: int,
+    task: str | None = None,
+    weights_sha256: str | None = None,
+    fingerprint=content_fingerprint,
 ) -> dict[str, Any]:
-    """Everything method §2 asks a run to register, read from a (constructed, not yet trained) trainer.
+    """Everything method §2 asks a run to register, from the values of a constructed, not yet trained run.
 
-    ``weights_sha256``: the base weights' hash when the caller computed it already (``LooGspoTrainer`` does, on
-    every process, since sharded weights need collective gathers); computed here otherwise (single process only).
-    ``fingerprint``: the dataset fingerprint function (the trainer passes a cached one)."""
-    args = trainer.args
-    model = trainer.accelerator.unwrap_model(trainer.model)
+    ``model``: the unwrapped policy; ``args``: its ``TrainingArguments`` (the TRL and Transformers settings, and the
+    config as the user wrote it); ``plan``: the run's :class:`~trl_loo_gspo.trainer.run_plan.RunPlan` (recorded
+    whole: what every LOO-GSPO setting resolved to); ``train`` / ``validation``: the datasets (a dict of several);
+    ``processes``: the number of processes. ``weights_sha256``: the base weights' hash when the caller computed it
+    already (``LooGspoTrainer`` does, on every process, since sharded weights need collective gathers); computed here
+    otherwise (single process only). ``fingerprint``: the dataset fingerprint function (the trainer passes a cached
+    one)."""
     config = getattr(model, "config", None)
     name_or_path = getattr(config, "_name_or_path", None) or None
-    train, validation = trainer.train_dataset, trainer.eval_dataset
     if isinstance(validation, dict):  # several eval sets: fingerprint each
         validation_fp: Any = {key: fingerprint(value) for key, value in validation.items()}
     else:
         validation_fp = fingerprint(validation)
+    objective = plan.objective
     return {
         "spec": "method §2 registration",
         "task": task,
@@ -198,8 +191,8 @@ def experiment_record(
             "validation": validation_fp,
             "train_info": getattr(getattr(train, "info", None), "dataset_name", None),
         },
-        "verifiers": [_reward_description(func) for func in trainer.reward_funcs],
-        "reward_weights": [float(w) for w in trainer.reward_weights.tolist()],
+        "verifiers": [_reward_description(func) for func in reward_funcs],
+        "reward_weights": [float(w) for w in reward_weights],
         "limits": {
             "max_prompt_length": getattr(args, "max_prompt_length", None),
             "max_completion_length": args.max_completion_length,
@@ -220,12 +213,17 @@ def experiment_record(
             "max_grad_norm": args.max_grad_norm,
         },
         # the run plan's budget (the config field and every RolloutTokenBudget callback, folded when training starts)
-        "budget": {"max_steps": args.max_steps, "rollout_token_budget": _rollout_token_budget(trainer, args)},
-        "seeds": {"seed": args.seed, "data_seed": args.data_seed, "refill_seed": getattr(args, "refill_seed", None)},
-        "processes": trainer.accelerator.num_processes,
+        "budget": {"max_steps": args.max_steps, "rollout_token_budget": plan.rollout_token_budget},
+        "seeds": {
+            "seed": args.seed,
+            "data_seed": args.data_seed,
+            "refill_seed": None if plan.sampling is None else plan.sampling.refill_seed,  # as resolved
+        },
+        "processes": processes,
         "config": json.loads(args.to_json_string()),  # the fields as the user wrote them (None = unset)
-        "objective": _objective(trainer),  # what they resolved to: the loss, advantages, clip range that trained
-        "sampling_plan": _sampling_plan(trainer),  # the sampling settings the run plan resolved (dynamic sampling)
+        # what they resolved to: the loss, advantages, clip range that trained (also in run_plan, kept for readers)
+        "objective": None if objective is None else dataclasses.asdict(objective),
+        "run_plan": json.loads(json.dumps(plan.to_dict(), default=str)),  # the whole plan the run read
         "versions": package_versions(),
         "git_commit": git_commit(),
     }

@@ -33,6 +33,7 @@ from ..config import LooGspoConfig
 from ..verifiers.base import RewardOutput
 from .launch import engine_warning, launch_error, requested_engine
 from .publishing import merge_refusal
+from .run_plan import RunPlan
 
 logger = logging.getLogger(__name__)
 
@@ -299,13 +300,14 @@ def nothing_trained_reason(
 
 
 class NothingTrainedWarning(TrainerCallback):
-    """At the end of training, say plainly when no answer carried a weight (main process only)."""
+    """At the end of training, say plainly when no answer carried a weight (main process only). ``reason()``: why
+    the run trained nothing, or ``None`` (the trainer's ``nothing_trained``)."""
 
-    def __init__(self, trainer) -> None:
-        self.trainer = trainer
+    def __init__(self, reason: Callable[[], str | None]) -> None:
+        self.reason = reason
 
     def on_train_end(self, args, state, control, **kwargs):
-        reason = self.trainer.nothing_trained()
+        reason = self.reason()
         if reason and state.is_world_process_zero:
             logger.warning(f"This run trained nothing: {reason}.")
         return control
@@ -332,42 +334,60 @@ def checked_construction(model: Any, reward_funcs: Any, args: Any, rest: tuple, 
     check_dataset(given.get("train_dataset"), "train_dataset", require_rows=True, require_prompt=prompts)
     check_dataset(given.get("eval_dataset"), "eval_dataset", require_rows=False, require_prompt=prompts)
     lora = given.get("peft_config") is not None or (not isinstance(model, str) and is_peft_model(model))
-    refusal = merge_refusal(args.hub_merge_adapter, lora, requested_engine(os.environ, args) is not None)
+    plan = RunPlan.resolve(args, num_generations=args.num_generations)  # the run's one resolution of the config
+    refusal = merge_refusal(plan.records.hub_merge_adapter, lora, requested_engine(os.environ, args) is not None)
     if refusal is not None:
         raise ValueError(refusal)
-    return args
+    return args, plan
 
 
-def check_launch(trainer: Any) -> None:
-    """Refuse a process group that would not train as one run; warn when a requested engine was not set up
-    (the decisions are :mod:`trl_loo_gspo.trainer.launch`'s)."""
-    accelerator = trainer.accelerator
+def check_setup(
+    plan: RunPlan, args: Any, accelerator: Any, model: Any, num_iterations: int, aux_loss: bool, fsdp: bool
+) -> None:
+    """What ``LooGspoTrainer`` refuses (or warns about) once TRL has set the run up, from its values: the launch
+    (:func:`check_launch`), what the exact denominator cannot support (:func:`check_runtime_support`), and a merged
+    Hub push of a model that is not a LoRA adapter or is sharded (:func:`merge_refusal`, on what was really set up;
+    ``fsdp``: FSDP is enabled)."""
+    check_launch(accelerator, requested_engine(os.environ, args))
+    engine = accelerator.distributed_type
+    rounds = args.steps_per_generation * num_iterations
+    check_runtime_support(plan.objective, rounds, args.gradient_accumulation_steps, engine, aux_loss)
+    lora = is_peft_model(accelerator.unwrap_model(model))
+    refusal = merge_refusal(plan.records.hub_merge_adapter, lora, fsdp or engine == DistributedType.DEEPSPEED)
+    if refusal is not None:
+        raise ValueError(refusal)
+
+
+def check_launch(accelerator: Any, requested: Any) -> None:
+    """Refuse a process group that would not train as one run; warn when the ``requested`` engine
+    (:func:`~trl_loo_gspo.trainer.launch.requested_engine`) was not set up on ``accelerator`` (the decisions are
+    :mod:`trl_loo_gspo.trainer.launch`'s)."""
     error = launch_error(
         int(os.environ.get("WORLD_SIZE", "1")), accelerator.num_processes, accelerator.distributed_type
     )
     if error is not None:
         raise RuntimeError(error)
-    warning = engine_warning(requested_engine(os.environ, trainer.args), accelerator.distributed_type)
+    warning = engine_warning(requested, accelerator.distributed_type)
     if warning is not None and accelerator.is_main_process:
         warnings.warn(warning, stacklevel=3)
 
 
-def check_runtime_support(trainer: Any) -> None:
-    """Refuse what the exact global denominator cannot support when an optimizer step spans generation rounds."""
-    rounds = trainer.args.steps_per_generation * trainer.num_iterations
-    if not trainer.objective.uses_own_loss or rounds % trainer.args.gradient_accumulation_steps == 0:
+def check_runtime_support(objective: Any, rounds: int, accumulation: int, engine: Any, aux_loss: bool) -> None:
+    """Refuse what the exact global denominator cannot support when an optimizer step spans generation rounds
+    (``rounds``: steps_per_generation × num_iterations; ``accumulation``: gradient_accumulation_steps; ``engine``:
+    the accelerator's distributed type; ``aux_loss``: a MoE router auxiliary loss is on)."""
+    if not objective.uses_own_loss or rounds % accumulation == 0:
         return
     # When an optimizer step spans generation rounds, the global token count of the step is only known after
     # its last micro-batch: gradients are corrected in place before clipping (exact, since they are linear).
-    if trainer.accelerator.distributed_type == DistributedType.DEEPSPEED:
+    if engine == DistributedType.DEEPSPEED:
         raise ValueError(
             "With DeepSpeed, gradient_accumulation_steps must divide steps_per_generation * num_iterations "
-            f"(got {trainer.args.gradient_accumulation_steps} and {trainer.args.steps_per_generation} * "
-            f"{trainer.num_iterations}): the exact global token denominator then needs a gradient rescale that "
-            "DeepSpeed's engine does not expose. Set steps_per_generation to a multiple of "
-            "gradient_accumulation_steps."
+            f"(got {accumulation} and {rounds}): the exact global token "
+            "denominator then needs a gradient rescale that DeepSpeed's engine does not expose. Set "
+            "steps_per_generation to a multiple of gradient_accumulation_steps."
         )
-    if trainer.aux_loss_enabled:
+    if aux_loss:
         raise ValueError(
             "With a MoE router auxiliary loss, gradient_accumulation_steps must divide steps_per_generation * "
             "num_iterations: the exact token denominator would otherwise rescale the auxiliary loss too. Set "
@@ -428,13 +448,20 @@ class RewardChecks:
         ]
 
     def nothing_trained(
-        self, args: Any, names: list[str], global_step: int, log_history: list, effective_tokens: int, padded_rows: int
+        self,
+        sampling: Any,
+        names: list[str],
+        global_step: int,
+        log_history: list,
+        effective_tokens: int,
+        padded_rows: int,
     ) -> str | None:
-        """Why this run moved the policy on no answer, or ``None`` when some answer carried a weight."""
+        """Why this run moved the policy on no answer, or ``None`` when some answer carried a weight (``sampling``:
+        the run plan's :class:`~trl_loo_gspo.trainer.sampling_plan.SamplingPlan`)."""
         tallies = {name: t for name, t in zip(names, self.tallies, strict=False) if t.completions}
         padding = None
-        if args.dynamic_sampling and padded_rows > 0:
-            padding = f"max_sampling_rounds={args.max_sampling_rounds}"
-            if args.probe_generations:
-                padding += f" with the two-stage probe (probe_generations={args.probe_generations})"
+        if sampling.dynamic_sampling and padded_rows > 0:
+            padding = f"max_sampling_rounds={sampling.max_sampling_rounds}"
+            if sampling.probe_generations:
+                padding += f" with the two-stage probe (probe_generations={sampling.probe_generations})"
         return nothing_trained_reason(global_step, effective_tokens, log_history, tallies, padding)

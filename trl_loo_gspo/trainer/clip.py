@@ -27,6 +27,7 @@ from ..algorithms.clip_stats import (
     tally_summary,
 )
 from ..algorithms.controllers import ClipControllerState, clip_controller_step
+from .run_plan import ClipControlPlan
 
 logger = logging.getLogger(__name__)
 
@@ -88,18 +89,18 @@ class ClipControl:
     ``base_low`` / ``base_high``: the objective's fixed range, or the controller's current one (the ratio
     ``base_high / base_low`` is kept); entropy feedback widens the upper bound on top (:meth:`epsilons`)."""
 
-    def __init__(self, args: Any, epsilon_low: float, epsilon_high: float, accelerator: Any) -> None:
+    def __init__(self, plan: ClipControlPlan, epsilon_low: float, epsilon_high: float, accelerator: Any) -> None:
         self.accelerator = accelerator
-        self.target: float | None = args.clip_target_fraction
-        self.max_step, self.ema = args.clip_controller_max_step, args.clip_controller_ema
-        self.bounds = tuple(args.clip_epsilon_bounds)
+        self.target: float | None = plan.target_fraction
+        self.max_step, self.ema = plan.max_step, plan.ema
+        self.bounds = tuple(plan.bounds)
         # the controller pools the margins of one round's off-policy steps: every position of the round, once
-        steps_per_round = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
+        steps_per_round = plan.steps_per_round
         self.recent: deque[dict[str, Any]] = deque(maxlen=max(steps_per_round - 1, 1))
         self.widening = 0.0  # entropy feedback's k in the range last set (it widens the upper bound)
         self.start_low, self.start_high = epsilon_low, epsilon_high
         self.high_per_low = epsilon_high / epsilon_low if epsilon_low > 0 else 1.0
-        self.edges = length_edges(args.max_completion_length or 1)
+        self.edges = length_edges(plan.max_completion_length)
         self.state = ClipControllerState(log_epsilon=math.log(epsilon_low) if epsilon_low > 0 else 0.0)
         self.tally: dict[str, dict[str, Any]] = {}
         self.window: deque[dict[str, float]] = deque(maxlen=WARNING_WINDOW)

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .rows import Replay, loss_mask
+from .step import resample_sampling_metrics
 
 # TRL's per-batch generation metrics (GRPOTrainer._generate): logged for the trained batch only.
 _PER_BATCH_KEYS = ("num_tokens",)
@@ -84,10 +85,12 @@ class Generation:
         generated, self._local_generated_tokens = self._local_generated_tokens, 0
         return generated
 
-    def mark_padding(self, output: dict, replay: Replay) -> None:
+    def mark_padding(self, output: dict, replay: Replay, metrics: dict[str, list], vllm_mode: str | None) -> None:
         """After TRL's pass over a sampled batch: padding rows become zero-weight rows (no valid token), so they
         count in neither the numerator nor the denominator (ours, and TRL's token-normalised losses through
-        ``num_items_in_batch``, which TRL counted before this mask); ``padding_rows`` travels with the batch."""
+        ``num_items_in_batch``, which TRL counted before this mask); ``padding_rows`` travels with the batch. With
+        vLLM's importance-sampling correction (``vllm_mode``: its ``vllm_importance_sampling_mode``; ``None`` when
+        off) TRL's sampling metrics are recomputed over the answers (:func:`resample_sampling_metrics`)."""
         if not bool(replay.round.padding.any()):  # the same on every rank
             return
         pad_rows = replay.local_padding.to(output["completion_mask"].device)
@@ -96,6 +99,9 @@ class Generation:
             output["completion_mask"].dtype
         )
         output["num_items_in_batch"] = self.accelerator.gather(loss_mask(output).sum()).sum()
+        if vllm_mode is not None:
+            sequence_level = vllm_mode in ("sequence_mask", "sequence_truncate")
+            resample_sampling_metrics(metrics, output, sequence_level, self.accelerator.gather)
 
 
 def replay_rollout(generation: tuple) -> Callable[[list, Any], dict]:

@@ -158,7 +158,8 @@ def batch_loss(
     return own_loss(loss_step)
 
 
-def eval_denominator(mask: torch.Tensor, reduce_sum: Callable[[torch.Tensor], torch.Tensor], column: int) -> float:
-    """An evaluation batch's global denominator: ``[tokens, answers][column]`` summed over processes."""
+def eval_denominator(mask: torch.Tensor, reduce: Callable[..., torch.Tensor], column: int) -> float:
+    """An evaluation batch's global denominator: ``[tokens, answers][column]`` summed over processes (``reduce``:
+    ``accelerator.reduce``)."""
     local = torch.stack([mask.sum(), (mask.sum(-1) > 0).sum()]).to(torch.float64)
-    return float(reduce_sum(local)[column])
+    return float(reduce(local, reduction="sum")[column])

@@ -18,6 +18,7 @@ from accelerate.utils import gather_object
 from ..algorithms import spans as process
 from .checks import RewardOutputs
 from .rows import RoundData
+from .run_plan import ProcessFeedbackPlan
 
 
 def span_sources(reward_funcs: list[Any]) -> list[tuple[int, Any]]:
@@ -32,11 +33,14 @@ def span_sources(reward_funcs: list[Any]) -> list[tuple[int, Any]]:
 
 
 class ProcessFeedback:
-    """Active when ``args.process_advantage_coef > 0``; holds the divergence detector's windows (checkpointed)."""
+    """Active when the plan's coefficient (``process_advantage_coef``) is > 0; holds the divergence detector's
+    windows (checkpointed)."""
 
-    def __init__(self, args: Any, reward_funcs: list[Any], processing_class: Any, accelerator: Any) -> None:
-        self.args, self.processing_class, self.accelerator = args, processing_class, accelerator
-        self.coef = float(args.process_advantage_coef)
+    def __init__(
+        self, plan: ProcessFeedbackPlan, reward_funcs: list[Any], processing_class: Any, accelerator: Any
+    ) -> None:
+        self.plan, self.processing_class, self.accelerator = plan, processing_class, accelerator
+        self.coef = plan.coef
         self.sources = span_sources(list(reward_funcs))
         if self.coef > 0 and not self.sources:
             raise ValueError(
@@ -44,7 +48,7 @@ class ProcessFeedback:
                 "CoqVerifier(emit_spans=True), CodeVerifier(emit_spans=True), MultiStepVerifier(emit_spans=True)); "
                 "none of the reward functions emits span signals."
             )
-        window = args.process_divergence_window
+        window = plan.window
         self.signal_history: deque[float] = deque(maxlen=window)
         self.pass_history: deque[float] = deque(maxlen=window)
         self.warned_divergence = False
@@ -165,17 +169,12 @@ class ProcessFeedback:
             return
         self.signal_history.append(signal)
         self.pass_history.append(pass_rate)
-        args = self.args
-        diverging = process.divergence(
-            self.signal_history,
-            self.pass_history,
-            args.process_divergence_window,
-            args.process_divergence_margin,
-        )
+        plan = self.plan
+        diverging = process.divergence(self.signal_history, self.pass_history, plan.window, plan.margin)
         metrics["process/divergence"].append(float(diverging))
         if diverging and not self.warned_divergence:
             warnings.warn(
-                f"process feedback: over the last {args.process_divergence_window} steps the process signal rose "
+                f"process feedback: over the last {plan.window} steps the process signal rose "
                 "while the final pass rate fell (method §6: intermediate progress is not final correctness). Check "
                 "process/corr_final/* and process/flagged/*; consider a smaller process_advantage_coef. Warning "
                 "once; process/divergence logs every step.",

@@ -22,9 +22,9 @@ from .rows import loss_mask
 class ReferenceKL:
     """When the next measurement is due (checkpointed) and the frozen reference it measures against."""
 
-    def __init__(self, args: Any, beta: float, model: Any, accelerator: Any) -> None:
-        self.every = args.reference_kl_logging_steps if beta == 0.0 else None
-        self.batch_size = args.per_device_train_batch_size
+    def __init__(self, every: int | None, batch_size: int, beta: float, model: Any, accelerator: Any) -> None:
+        self.every = every if beta == 0.0 else None  # the plan's reference_kl_logging_steps
+        self.batch_size = batch_size
         self.accelerator = accelerator
         self.due_step = 0  # the next optimizer step at or after which a generation round measures the KL
         self.reference = None
@@ -40,6 +40,12 @@ class ReferenceKL:
             )
         self.reference = copy.deepcopy(accelerator.unwrap_model(model)).eval()
         self.reference.requires_grad_(False)
+
+    def log(self, metrics: dict[str, list], output: dict, global_step: int, model: Any, forward: Callable) -> None:
+        """:meth:`measure`, logged as ``kl`` when measured."""
+        kl = self.measure(output, global_step, model, forward)
+        if kl is not None:
+            metrics["kl"].append(kl)
 
     def measure(self, output: dict, global_step: int, model: Any, forward: Callable) -> float | None:
         """The global token-weighted k3 KL of this generation round's answers, on the first round at or after each

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from transformers import TrainerCallback
@@ -77,20 +79,37 @@ def objective_line(objective: Any) -> str:
 
 
 class RegistrationToTrackers(TrainerCallback):
-    """At the start of training, send ``trainer.experiment_record`` (if any) to the ``report_to`` trackers."""
+    """At the start of training, print the resolved objective in one line and send the registration record (if any)
+    to the ``report_to`` trackers.
 
-    def __init__(self, trainer) -> None:
-        self.trainer = trainer
+    Args:
+        objective: the run plan's resolved objective (``None``: nothing printed).
+        record: returns the registration record when training starts (``None`` when registration is off).
+        callbacks: the trainer's callback list (the trackers' integration callbacks are read from it then).
+    """
+
+    def __init__(self, objective: Any, record: Callable[[], dict | None], callbacks: list) -> None:
+        self.objective, self.record, self.callbacks = objective, record, callbacks
         self.reached: list[str] = []
 
     def on_train_begin(self, args, state, control, **kwargs):
-        objective = getattr(self.trainer, "objective", None)
-        if objective is not None and state.is_world_process_zero:  # the resolved objective, once, in one line
-            print(objective_line(objective), flush=True)
-        record = getattr(self.trainer, "experiment_record", None)
+        if self.objective is not None and state.is_world_process_zero:  # the resolved objective, once, in one line
+            print(objective_line(self.objective), flush=True)
+        record = self.record()
         if record is not None and state.is_world_process_zero:
-            self.reached = send_record_to_trackers(self.trainer.callback_handler.callbacks, record)
+            self.reached = send_record_to_trackers(self.callbacks, record)
         return control
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the end-of-run summary reads besides the log history (``LooGspoTrainer.run_facts()``)."""
+
+    global_step: int
+    generated_tokens: int
+    effective_tokens: int
+    clip_summary: dict | None = None  # the run's clip tally (``ClipControl.summary()``); None: nothing measured
+    nothing_trained: str | None = None  # why the run trained nothing, or None
 
 
 def _last(history: list[dict[str, Any]], key: str) -> float | None:
@@ -108,8 +127,8 @@ def _mean(history: list[dict[str, Any]], key: str) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def summary_rows(log_history: list[dict[str, Any]], trainer: Any) -> list[tuple[str, str]]:
-    """(name, value) rows of the end-of-training summary, from the log history and the trainer's counters."""
+def summary_rows(log_history: list[dict[str, Any]], facts: RunFacts) -> list[tuple[str, str]]:
+    """(name, value) rows of the end-of-training summary, from the log history and the run's ``facts``."""
 
     def fmt(value: float | None, spec: str = ".4f") -> str:
         return "—" if value is None else format(value, spec)
@@ -118,9 +137,9 @@ def summary_rows(log_history: list[dict[str, Any]], trainer: Any) -> list[tuple[
     # steps whose loss saw no token (all dynamic-sampling padding) measured no entropy or clipping: "—", not 0
     measured = [entry for entry in training if entry.get("tokens/valid", 1) > 0]
     rows = [
-        ("optimizer steps", str(trainer.state.global_step)),
-        ("generated tokens", f"{getattr(trainer, 'generated_tokens_total', 0):,}"),
-        ("effective tokens", f"{getattr(trainer, 'effective_tokens_total', 0):,}"),
+        ("optimizer steps", str(facts.global_step)),
+        ("generated tokens", f"{facts.generated_tokens:,}"),
+        ("effective tokens", f"{facts.effective_tokens:,}"),
         ("reward (first → last logged)", f"{fmt(_first(training, 'reward'))} → {fmt(_last(training, 'reward'))}"),
         ("clip fraction (answers, mean)", fmt(_mean(measured, "clip_ratio/region_answers"))),
         ("entropy (mean, nats/token)", fmt(_mean(measured, "entropy"))),
@@ -128,10 +147,9 @@ def summary_rows(log_history: list[dict[str, Any]], trainer: Any) -> list[tuple[
         ("unscorable answers (mean)", fmt(_mean(training, "rewards/frac_unscorable"))),
         ("filtered fraction (mean)", fmt(_mean(training, "sampling/frac_filtered"))),
     ]
-    rows += clip_rows(trainer)
-    reason = trainer.nothing_trained() if hasattr(trainer, "nothing_trained") else None
-    if reason:
-        rows.insert(0, ("TRAINED NOTHING", reason))
+    rows += clip_rows(facts.clip_summary)
+    if facts.nothing_trained:
+        rows.insert(0, ("TRAINED NOTHING", facts.nothing_trained))
     evals = [entry for entry in log_history if "eval/pass_rate" in entry]
     if evals:
         rows.append(
@@ -149,12 +167,11 @@ def summary_rows(log_history: list[dict[str, Any]], trainer: Any) -> list[tuple[
     return rows
 
 
-def clip_rows(trainer: Any) -> list[tuple[str, str]]:
-    """Where the clip bit over the run (our loss: the run's tally), for the summary; none for TRL's loss."""
-    control = getattr(trainer, "clip_control", None)
-    if control is None or not control.tally:
+def clip_rows(stats: dict | None) -> list[tuple[str, str]]:
+    """Where the clip bit over the run (``stats``: our loss's tally, ``ClipControl.summary()``), for the summary;
+    none for TRL's loss (``None``)."""
+    if stats is None:
         return []
-    stats = control.summary()
     offpolicy, every = stats["offpolicy"], stats["all"]
 
     def share(value: float | None) -> str:
@@ -186,10 +203,11 @@ def _first(history: list[dict[str, Any]], key: str) -> float | None:
 
 
 class SummaryTable(TrainerCallback):
-    """Print a ``rich`` table of the run's key figures when training ends (main process only)."""
+    """Print a ``rich`` table of the run's key figures when training ends (main process only); ``facts()``: the
+    run's :class:`RunFacts` then."""
 
-    def __init__(self, trainer) -> None:
-        self.trainer = trainer
+    def __init__(self, facts: Callable[[], RunFacts]) -> None:
+        self.facts = facts
         self.rows: list[tuple[str, str]] = []
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -197,7 +215,7 @@ class SummaryTable(TrainerCallback):
             return control
         from rich.console import Console
 
-        self.rows = summary_rows(state.log_history, self.trainer)
+        self.rows = summary_rows(state.log_history, self.facts())
         Console().print(summary_table(self.rows, f"LOO-GSPO run summary: {args.output_dir}"))
         return control
 

@@ -21,14 +21,16 @@ import torch
 from accelerate.utils import gather_object
 from datasets import IterableDataset
 
-from ..algorithms.group_filter import (
-    RecheckSchedule,
-    RefillSampler,
-    allocate_group_sizes,
-    group_decisions,
-    select_groups,
+from ..algorithms.group_filter import RecheckSchedule, RefillSampler, group_decisions, select_groups
+from ..algorithms.sampling_rounds import (
+    BUDGET_SPENT,
+    ROUND_CAP,
+    RoundRules,
+    RoundState,
+    Stop,
+    next_round,
+    probe_layout,
 )
-from ..algorithms.sampling_rounds import BUDGET_SPENT, ROUND_CAP, RoundRules, RoundState, Stop, next_round
 from .rows import (
     NO_SPANS,
     Replay,
@@ -188,14 +190,6 @@ class DynamicSampler:
             "surplus": 0,
         }
 
-    def _group_sizes(self, probe_means: list[float], rows_missing: int) -> list[int]:
-        """Full-group size of each prompt whose probe passed: K each for as many as fit, or adaptive sizes."""
-        plan, k = self.plan, self.num_generations
-        if plan.adaptive_group_size:
-            return allocate_group_sizes(probe_means, rows_missing, *plan.group_size_bounds)
-        fits = rows_missing // k
-        return [k if j < fits else 0 for j in range(len(probe_means))]
-
     def _probe_round(
         self, prompts: list[dict], pending: list[dict], rows_missing: int, final: bool, probe_rates: list[float]
     ) -> tuple[list[dict], dict, list[dict]]:
@@ -205,8 +199,9 @@ class DynamicSampler:
         the rest of their group — in the next round's call — and the probe answers stay members of it. Only as many
         prompts are continued as the batch still has rows for; the others' probes are discarded (surplus). With
         ``adaptive_group_size`` the group sizes vary per prompt. On the ``final`` round no continuation can follow,
-        so only groups of exactly the probe size are taken. Returns the decided groups, token stats and the new
-        pending groups."""
+        so only groups of exactly the probe size are taken. Those decisions are the pure
+        :func:`~trl_loo_gspo.algorithms.sampling_rounds.probe_layout`; this method generates and assembles. Returns
+        the decided groups, token stats and the new pending groups."""
         plan = self.plan
         probe = plan.probe_generations
         continuation = [p["prompt"] for p in pending for _ in range(p["size"] - probe)]
@@ -240,46 +235,40 @@ class DynamicSampler:
         probe_rewards = rewards_per_func[c:n]
         decision = self._decide(probe_rewards, [probe] * len(prompts), "pass_rate_band", plan.probe_pass_rate_band)
         probe_rates.extend(decision.mean.tolist())
-        passing = [j for j in range(len(prompts)) if decision.keep[j]]
-        sizes = self._group_sizes([float(decision.mean[j]) for j in passing], max(rows_missing, 0))
-        if final:  # no later call can continue a probe
-            sizes = [size if size == probe else 0 for size in sizes]
-        size_of = {j: size for j, size in zip(passing, sizes, strict=True) if size > 0}
-        surplus = [j for j in passing if j not in size_of]
+        layout = probe_layout(  # which probes pass, their group sizes, surplus, complete, continued: all decided there
+            decision.mean.tolist(),
+            decision.keep.tolist(),
+            rows_missing,
+            probe,
+            self.num_generations,
+            plan.adaptive_group_size,
+            plan.group_size_bounds,
+            final,
+        )
 
         def rows_of(j: int) -> slice:
             return slice(c + j * probe, c + (j + 1) * probe)
 
-        for j in range(len(prompts)):
-            if j not in size_of and j not in surplus:  # the probe filtered it
-                groups.append(
-                    self._candidate(
-                        records[rows_of(j)], prompts[j], probe_rewards[j * probe : (j + 1) * probe], decision, j
-                    )
-                )
-        stats["discarded"] += sum(row_tokens(r) for j in surplus for r in records[rows_of(j)])
-        self._release([r for j in surplus for r in records[rows_of(j)]])
-        stats["surplus"] = len(surplus)
-        complete = [j for j in sorted(size_of) if size_of[j] == probe]  # a group of exactly the probe is done
-        if complete:
+        def rewards_of(j: int) -> torch.Tensor:
+            return probe_rewards[j * probe : (j + 1) * probe]
+
+        for j in layout.filtered:  # the probe filtered it: decided as a group of the probe's answers
+            groups.append(self._candidate(records[rows_of(j)], prompts[j], rewards_of(j), decision, j))
+        stats["discarded"] += sum(row_tokens(r) for j in layout.surplus for r in records[rows_of(j)])
+        self._release([r for j in layout.surplus for r in records[rows_of(j)]])
+        stats["surplus"] = len(layout.surplus)
+        if layout.complete:  # a group of exactly the probe is done: the group filter decides it now
             whole = self._decide(
-                torch.cat([probe_rewards[j * probe : (j + 1) * probe] for j in complete]),
-                [probe] * len(complete),
+                torch.cat([rewards_of(j) for j in layout.complete]),
+                [probe] * len(layout.complete),
                 plan.group_filter,
                 plan.pass_rate_band,
             )
-            for g, j in enumerate(complete):
-                rewards_j = probe_rewards[j * probe : (j + 1) * probe]
-                groups.append(self._candidate(records[rows_of(j)], prompts[j], rewards_j, whole, g))
+            for g, j in enumerate(layout.complete):
+                groups.append(self._candidate(records[rows_of(j)], prompts[j], rewards_of(j), whole, g))
         new_pending = [
-            {
-                "prompt": prompts[j],
-                "records": records[rows_of(j)],
-                "rewards": probe_rewards[j * probe : (j + 1) * probe],
-                "size": size_of[j],
-            }
-            for j in sorted(size_of)
-            if size_of[j] > probe
+            {"prompt": prompts[j], "records": records[rows_of(j)], "rewards": rewards_of(j), "size": layout.size_of[j]}
+            for j in layout.continued
         ]
         return groups, stats, new_pending
 

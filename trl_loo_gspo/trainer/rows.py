@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from ..algorithms.advantages import ADVANTAGE_ESTIMATORS
+
 #: The span-signal entry of a row without process signal (a padding row, or a row no span verifier scored).
 NO_SPANS: dict[str, Any] = {"spans": None, "final": None}
 
@@ -178,3 +180,19 @@ def row_tokens(record: dict) -> int:
 def generated_per_effective(generated: int, effective: int) -> float:
     """Generated tokens per effective training token (1.0 is the physical limit; inf when nothing was effective)."""
     return generated / effective if effective else math.inf
+
+
+def round_advantages(
+    objective: Any, output: dict[str, Any], rewards: torch.Tensor, group_ids: torch.Tensor, rank: int, gather: Any
+) -> torch.Tensor:
+    """Every row's advantage of the round (all processes' rows), with this process's rows of ``output`` set: TRL's
+    own, gathered (``objective.trl_advantages``), or the objective's estimator over the gathered ``rewards`` and
+    per-row ``group_ids`` (``rank``: this process's index; ``gather``: ``accelerator.gather``)."""
+    if objective.trl_advantages:
+        return gather(output["advantages"])
+    # §2.2 advantages over the gathered rewards and per-row group ids (stop-gradient)
+    all_advantages = ADVANTAGE_ESTIMATORS[objective.advantage_estimator](rewards, group_ids)
+    rows = output["prompt_ids"].size(0)
+    first = rank * rows  # this rank's rows, as TRL slices them
+    output["advantages"] = all_advantages[first : first + rows].to(output["advantages"].dtype)
+    return all_advantages

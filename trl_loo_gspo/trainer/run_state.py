@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -25,13 +26,15 @@ LEGACY_STATE_FILE = "loo_gspo_state.json"
 
 
 class RunStateCallback(TrainerCallback, ExportableState):
-    """Saves ``trainer.run_state()`` with every checkpoint (see the module docstring)."""
+    """Saves the run state (``reader()``: the trainer's ``run_state``) with every checkpoint (see the module
+    docstring). Transformers rebuilds it from a checkpoint with no arguments (and the saved ``snapshot`` as an
+    attribute); the trainer then binds its reader again."""
 
-    def __init__(self, trainer: Any = None) -> None:
-        self.trainer = trainer
+    def __init__(self, reader: Callable[[], dict] | None = None) -> None:
+        self.reader = reader
 
     def state(self) -> dict:
-        snapshot = self.trainer.run_state() if self.trainer is not None else {}
+        snapshot = self.reader() if self.reader is not None else {}
         return {"args": {}, "attributes": {"snapshot": snapshot}}
 
 

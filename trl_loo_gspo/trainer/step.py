@@ -39,6 +39,21 @@ class TokenCounters:
         self.generated = int(state["generated_tokens_total"])
         self.effective = int(state["effective_tokens_total"])
 
+    def add_round(self, tokens: tuple[float, float, float]) -> None:
+        """Count a training round's global ``(generated, effective, valid)`` tokens (:func:`round_tokens`)."""
+        self.generated += int(tokens[0])
+        self.effective += int(tokens[1])
+
+
+def round_tokens(output: dict[str, Any], generated: int, reduce: Callable[..., torch.Tensor]) -> tuple[float, ...]:
+    """A round's global ``(generated, effective, valid)`` token counts, in one all-reduce: ``generated`` is this
+    rank's generated tokens (every call of the round, filtered groups included), effective the valid tokens of rows
+    with ``Â ≠ 0``, valid every loss-masked token of the batch ``output``."""
+    mask = loss_mask(output)
+    local = [generated, (mask.sum(-1) * (output["advantages"] != 0)).sum(), mask.sum()]
+    counts = torch.tensor([float(v) for v in local], dtype=torch.float64, device=mask.device)
+    return tuple(reduce(counts, reduction="sum").tolist())
+
 
 def log_round(
     metrics: dict[str, list],
@@ -195,6 +210,17 @@ class RatioNoise:
             if self.accelerator.is_main_process:
                 logger.warning(warning)
         return summary
+
+    def close_step(
+        self, metrics: dict[str, list], accounting: StepAccounting, stats: torch.Tensor, epsilons: tuple, step: int
+    ) -> None:
+        """An optimizer step's end: its micro-batches' noise rows of a round generated with these weights
+        (:meth:`log`), or 0 by construction when the round had no old-log-prob pass (:meth:`log_exact`; ``stats``:
+        the step's reduced sums); nothing on other steps. ``epsilons``: the clip range in force."""
+        if accounting.noise:  # every process alike
+            self.log(metrics, accounting.noise, *epsilons, step)
+        elif accounting.noise_exact:
+            self.log_exact(metrics, float(stats[IDX["answers"]]))
 
     @staticmethod
     def log_exact(metrics: dict[str, list], answers: float) -> None:

@@ -21,19 +21,17 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from ..algorithms.advantages import ADVANTAGE_ESTIMATORS
-from ..algorithms.noise import fresh_round
-from ..algorithms.step_accounting import IDX, StepAccounting
+from ..algorithms.noise import round_position
+from ..algorithms.step_accounting import StepAccounting
 from ..config import LooGspoConfig, Objective
 from .boundary import rolled_back, swapped
-from .budget import RolloutTokenBudget, RunPlan
+from .budget import PlanBudget, RolloutTokenBudget
 from .checkpoints import resolve_checkpoint
 from .checks import (
     NothingTrainedWarning,
     RewardChecks,
     RewardOutputs,
-    check_launch,
-    check_runtime_support,
+    check_setup,
     checked_construction,
 )
 from .clip import ClipControl
@@ -50,9 +48,10 @@ from .loss import batch_loss, eval_denominator
 from .process import ProcessFeedback
 from .publishing import Publisher
 from .reference_kl import ReferenceKL
-from .reporting import RegistrationToTrackers, SummaryTable
+from .reporting import RegistrationToTrackers, RunFacts, SummaryTable
 from .rollout import DynamicSampler
-from .rows import Replay, RoundData, combined_rewards, loss_mask, with_extra_fields
+from .rows import Replay, RoundData, combined_rewards, loss_mask, round_advantages, with_extra_fields
+from .run_plan import RunPlan
 from .run_state import (
     RunStateCallback,
     load_round_in_flight,
@@ -71,8 +70,8 @@ from .step import (
     log_round,
     log_totals,
     replace_last,
-    resample_sampling_metrics,
     rescale_gradients,
+    round_tokens,
 )
 from .validation import ValidationCallback
 
@@ -105,23 +104,21 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
     run_plan: RunPlan | None = None  # likewise
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: LooGspoConfig | None = None, *rest, **kwargs):
-        args = checked_construction(model, reward_funcs, args, rest, kwargs)  # before the model is loaded
+        # the run plan: every LOO-GSPO setting resolved once, before the model is loaded (the budget again in train())
+        args, self.run_plan = checked_construction(model, reward_funcs, args, rest, kwargs)
         with args.resolved_for_trl():  # TRL's constructor checks the objective that trains, not the unset fields
             super().__init__(model, reward_funcs, args, *rest, **kwargs)
-        # TRL's __init__ read the user's fields (None = unset); the attributes TRL's hooks read are set from the
-        # resolved objective, which the loss, the card and the logs read too (epsilon_high below, with entropy
-        # feedback's k), each through the run plan's one resolution of the config (`objective`).
-        # the objective and the sampling settings (resolved once per run) and the budget (again in train())
-        self.run_plan = RunPlan.resolve(args, num_generations=self.num_generations)
-        objective = self.run_plan.objective
+        # TRL's __init__ read the user's fields (None = unset): the attributes TRL's hooks read are the plan's
+        plan, accelerator = self.run_plan, self.accelerator
+        objective, feedback = plan.objective, plan.feedback
         self.loss_type, self.scale_rewards = objective.loss_type, objective.scale_rewards
         self.importance_sampling_level = objective.importance_sampling_level
-        check_launch(self)
-        check_runtime_support(self)
+        check_setup(
+            plan, args, accelerator, self.model, self.num_iterations, self.aux_loss_enabled, self.is_fsdp_enabled
+        )
         self.checks = RewardChecks(len(self.reward_funcs))
-        self.publisher = Publisher(self)
-        self.publisher.check_merge_support()
-        self.generation = Generation(self.accelerator)
+        self.publisher = Publisher(accelerator, self.model, args, self.reward_funcs, self.reward_weights.tolist())
+        self.generation = Generation(accelerator)
         calls = SamplingCalls(
             self._generate_and_score,
             lambda: self.run_plan.tokens_left(self.counters.generated),
@@ -129,26 +126,27 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             lambda rewards_per_func: combined_rewards(rewards_per_func, self.reward_weights),
             lambda: self.state.global_step,
         )
-        self.sampler = DynamicSampler(
-            self.run_plan.sampling,
-            calls,
-            self.train_dataset,
-            self.accelerator,
-            self.environment_factories is not None,
+        tools = self.environment_factories is not None
+        self.sampler = DynamicSampler(plan.sampling, calls, self.train_dataset, accelerator, tools)
+        self.process_feedback = ProcessFeedback(
+            feedback.process, list(self.reward_funcs), self.processing_class, accelerator
         )
-        self.process_feedback = ProcessFeedback(args, list(self.reward_funcs), self.processing_class, self.accelerator)
-        self.reference_kl = ReferenceKL(args, self.beta, self.model, self.accelerator)
-        self.entropy_feedback = EntropyFeedback(args)
-        self.clip_control = ClipControl(args, objective.epsilon_low, objective.epsilon_high, self.accelerator)
+        every, batch = feedback.reference_kl_logging_steps, args.per_device_train_batch_size
+        self.reference_kl = ReferenceKL(every, batch, self.beta, self.model, accelerator)
+        self.entropy_feedback = EntropyFeedback(feedback.entropy)
+        self.clip_control = ClipControl(feedback.clip, objective.epsilon_low, objective.epsilon_high, accelerator)
         self.epsilon_low, self.epsilon_high = self.clip_control.epsilons(self.entropy_feedback)
         self.counters = TokenCounters()
-        self._accounting = StepAccounting(args.steps_per_generation, self.num_iterations, self.accelerator.device)
+        self._accounting = StepAccounting(args.steps_per_generation, self.num_iterations, accelerator.device)
         self._generation_time = 0.0  # cumulative seconds spent in generation + scoring
-        self.ratio_noise = RatioNoise(self.accelerator)
-        for callback in (NothingTrainedWarning, RolloutTokenBudget, RunStateCallback, RegistrationToTrackers):
-            self.add_callback(callback(self))
-        if args.summary_table:
-            self.add_callback(SummaryTable(self))
+        self.ratio_noise = RatioNoise(accelerator)
+        record = lambda: self.experiment_record  # noqa: E731
+        callbacks = [NothingTrainedWarning(self.nothing_trained), PlanBudget(), RunStateCallback(self.run_state)]
+        callbacks.append(RegistrationToTrackers(objective, record, self.callback_handler.callbacks))
+        if plan.records.summary_table:
+            callbacks.append(SummaryTable(self.run_facts))
+        for callback in callbacks:
+            self.add_callback(callback)
 
     # ------------------------------------------------------------------ generation (§3.1)
     def _generate(self, prompts: list):
@@ -227,11 +225,10 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             # TRL's pass replays the rows made; no old/reference pass for padding rows
             with swapped(self, _replay=replay), self._forward_rows(skip=replay.local_padding):
                 output = super()._generate_and_score_completions(final_inputs)
-            self.generation.mark_padding(output, replay)
+            vllm_is = self.use_vllm and self.vllm_importance_sampling_correction
+            vllm_mode = self.vllm_importance_sampling_mode if vllm_is else None
+            self.generation.mark_padding(output, replay, self._metrics[mode], vllm_mode)
             round_data = replay.round
-            if bool(round_data.padding.any()) and self.use_vllm and self.vllm_importance_sampling_correction:
-                sequence_level = self.vllm_importance_sampling_mode in ("sequence_mask", "sequence_truncate")
-                resample_sampling_metrics(self._metrics[mode], output, sequence_level, self.accelerator.gather)
         else:
             with swapped(self, _scored=[]):  # TRL's pass scores the batch: _calculate_rewards keeps the scores
                 output = super()._generate_and_score_completions(inputs)
@@ -240,62 +237,35 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             round_data = RoundData.plain(rewards_per_func, k, signals)
         rewards = combined_rewards(round_data.rewards_per_func, self.reward_weights)
         group_ids = round_data.group_ids.to(self.accelerator.device)
-        local_rows = output["prompt_ids"].size(0)
-        first = self.accelerator.process_index * local_rows  # this rank's rows, as TRL slices them
         if self.objective.uses_own_loss:  # the step that generated the round, read by our loss (0-dim: every slice)
             output["round_step"] = torch.tensor(self.state.global_step)
-        if self.objective.trl_advantages:
-            all_advantages = self.accelerator.gather(output["advantages"])  # TRL's, for the round metrics
-        else:
-            # §2.2 advantages over the gathered rewards and per-row group ids (stop-gradient)
-            all_advantages = ADVANTAGE_ESTIMATORS[self.objective.advantage_estimator](rewards, group_ids)
-            output["advantages"] = all_advantages[first : first + local_rows].to(output["advantages"].dtype)
-            replace_last(self._logs["advantages"], all_advantages.tolist())  # the entries TRL just appended
+        rank, gather = self.accelerator.process_index, self.accelerator.gather
+        all_advantages = round_advantages(self.objective, output, rewards, group_ids, rank, gather)
+        if not self.objective.trl_advantages:  # ours replace the entries TRL just appended to its logs
+            replace_last(self._logs["advantages"], all_advantages.tolist())
         metrics = self._metrics[mode]
         self.process_feedback.token_advantages(output, rewards, round_data, metrics, mode == "train")  # §6
-        self._log_round(mode, output, round_data, rewards, all_advantages)
-        if mode == "train":
-            kl = self.reference_kl.measure(
-                output, self.state.global_step, self.model, self._get_per_token_logps_and_entropies
-            )
-            if kl is not None:
-                metrics["kl"].append(kl)
+        tokens = round_tokens(output, self.generation.take_generated_tokens(), self.accelerator.reduce)
+        sampling, training = self.run_plan.sampling, mode == "train"
+        variable = sampling.adaptive_group_size and training
+        log_round(metrics, round_data, rewards, all_advantages, tokens, sampling.signal_tolerance, variable)
+        if training:
+            self.counters.add_round(tokens)
+            log_totals(metrics, self.counters)
+            forward = self._get_per_token_logps_and_entropies
+            self.reference_kl.log(metrics, output, self.state.global_step, self.model, forward)
         elapsed = time.perf_counter() - start
         self._generation_time += elapsed
         metrics["timing/generate_score_s"].append(elapsed)
         return output
 
-    def _log_round(self, mode, output, round_data: RoundData, rewards, all_advantages) -> None:
-        """The round's metrics (one all-reduce for the token counts) and, in training, the run's token totals."""
-        mask = loss_mask(output)
-        local = [
-            self.generation.take_generated_tokens(),
-            (mask.sum(-1) * (output["advantages"] != 0)).sum(),
-            mask.sum(),
-        ]
-        counts = torch.tensor([float(v) for v in local], dtype=torch.float64, device=mask.device)
-        tokens = tuple(self.accelerator.reduce(counts, reduction="sum").tolist())
-        metrics = self._metrics[mode]
-        sampling = self.run_plan.sampling
-        variable = sampling.adaptive_group_size and mode == "train"
-        log_round(metrics, round_data, rewards, all_advantages, tokens, sampling.signal_tolerance, variable)
-        if mode == "train":
-            self.counters.generated += int(tokens[0])
-            self.counters.effective += int(tokens[1])
-            log_totals(metrics, self.counters)
-
     # ------------------------------------------------------------------ optimizer steps (§3.3)
-    def _count_column(self) -> int | None:
-        """Column of the slice counts ``[tokens, answers]`` that is our loss's denominator; ``None`` for TRL's loss."""
-        count = self.objective.denominator_count
-        return None if count is None else (0 if count == "tokens" else 1)
-
     def _prepare_inputs(self, generation_batch):
         if not self.model.training:
             return super()._prepare_inputs(generation_batch)
         previous = self._buffered_inputs
         inputs = super()._prepare_inputs(generation_batch)
-        column = self._count_column()
+        column = self.objective.count_column
         if column is not None and self._buffered_inputs is not previous:  # a new generation round was buffered
             self._count_round()
         if self._accounting.micro == 0:
@@ -321,7 +291,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
     def _finish_optimizer_step(self, model, loss: torch.Tensor) -> torch.Tensor:
         """Close an optimizer step: the exact correction if needed, then the step's metrics (two all-reduces)."""
         step, metrics = self._accounting, self._metrics["train"]
-        closed = close_step(step, self.accelerator.reduce, self._count_column())
+        closed = close_step(step, self.accelerator.reduce, self.objective.count_column)
         stats = closed.stats
         if closed.factor != 1.0:  # only when the step spanned generation rounds
             # §3.3 exact denominator: rescale the gradients (linear) before clipping
@@ -334,14 +304,9 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             metrics["tokens/loss_denominator"].append(closed.denominator)
             # where the clip bites, and with clip_target_fraction the controller's move (rows of every process)
             self.clip_control.close_step(metrics, step.clip_rows, self.state.global_step + 1)
-        if step.noise:  # the step's micro-batches of a round generated with these weights (every process alike)
-            self.ratio_noise.log(metrics, step.noise, self.epsilon_low, self.epsilon_high, self.state.global_step)
-        elif step.noise_exact:  # no old-log-prob pass: 0 by construction, over the step's (reduced) answers
-            self.ratio_noise.log_exact(metrics, float(stats[IDX["answers"]]))
-        if self.entropy_feedback.on:  # §5.1: the next step's ε_high
-            entropy = float(stats[IDX["entropy_sum"]]) / max(float(stats[IDX["tokens"]]), 1.0)
-            for name, value in self.entropy_feedback.update(entropy).items():
-                metrics[name].append(value)
+        epsilons = (self.epsilon_low, self.epsilon_high)
+        self.ratio_noise.close_step(metrics, step, stats, epsilons, self.state.global_step)  # on a fresh round
+        self.entropy_feedback.close_step(metrics, stats)  # §5.1: the next step's ε_high (when on)
         # §5.1 the next step's range: the configured or controlled one, ε_high widened by entropy feedback's k
         self.epsilon_low, self.epsilon_high = self.clip_control.epsilons(self.entropy_feedback, metrics)
         metrics["timing/update_s"].append(step.update_time)
@@ -358,9 +323,27 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         the step's accounting records it."""
         training = self.model.training
         per_token_logps, entropies, aux_loss = self._policy_logps(model, inputs)
-        fresh = training and fresh_round(int(inputs.get("round_step", -1)), self.state.global_step)
+        # steps since the micro-batch's round was generated (0: fresh, the old pass's weights); 0 in evaluation
+        position = round_position(int(inputs.get("round_step", -1)), self.state.global_step) if training else 0
+        fresh = training and position == 0
+        if training:  # the step's global denominator
+            denominator = self._accounting.denominator
+        else:  # an evaluation batch's own count, reduced over processes now
+            denominator = eval_denominator(loss_mask(inputs), self.accelerator.reduce, self.objective.count_column)
         out = batch_loss(
-            self.objective, inputs, per_token_logps, entropies, **self._step_scalars(inputs, training, fresh)
+            self.objective,
+            inputs,
+            per_token_logps,
+            entropies,
+            vllm_weights=self.use_vllm and self.vllm_importance_sampling_correction,
+            epsilon_low=self.epsilon_low,  # the step's range (entropy feedback, the clip controller)
+            epsilon_high=self.epsilon_high,
+            beta=self.beta,
+            bias_correction_kl=self.args.use_bias_correction_kl,
+            denominator=denominator,
+            world_size=self.accelerator.num_processes,
+            measure_noise=fresh and inputs.get("old_per_token_logps") is not None,
+            round_position=position,
         )
         loss = out.loss
         if self.aux_loss_enabled:
@@ -385,27 +368,6 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         record read. (A trainer built without ``__init__``, as TRL's own tests do, resolves ``self.args``.)"""
         plan = getattr(self, "run_plan", None)
         return plan.objective if plan is not None and plan.objective is not None else self.args.objective
-
-    def _step_scalars(self, inputs, training: bool, fresh: bool) -> dict[str, Any]:
-        """The trainer's part of the loss's value (:meth:`LossStep.of_batch`): the current clip range, β, the step's
-        global denominator (training) or the batch's (evaluation), the world size; the objective comes from the
-        config (:func:`batch_loss`)."""
-        if training:
-            denominator = self._accounting.denominator
-        else:  # an evaluation batch's own count, reduced over processes now
-            reduce_sum = lambda counts: self.accelerator.reduce(counts, reduction="sum")  # noqa: E731
-            denominator = eval_denominator(loss_mask(inputs), reduce_sum, self._count_column())
-        return dict(
-            vllm_weights=self.use_vllm and self.vllm_importance_sampling_correction,
-            epsilon_low=self.epsilon_low,
-            epsilon_high=self.epsilon_high,
-            beta=self.beta,
-            bias_correction_kl=self.args.use_bias_correction_kl,
-            denominator=denominator,
-            world_size=self.accelerator.num_processes,
-            measure_noise=fresh and inputs.get("old_per_token_logps") is not None,
-            round_position=max(self.state.global_step - int(inputs.get("round_step", -1)), 0) if training else 0,
-        )
 
     def _trl_loss(self, model, inputs):
         """TRL computes the loss (``super()._compute_loss``); with entropy feedback, the step's token entropy sums
@@ -447,8 +409,8 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
         # Runs after Trainer loaded trainer_state.json (and, if asked, rebuilt the callbacks from it).
         super()._load_optimizer_and_scheduler(checkpoint)
         for callback in self.callback_handler.callbacks:
-            if isinstance(callback, RunStateCallback):
-                callback.trainer = self
+            if isinstance(callback, RunStateCallback):  # rebuilt from the checkpoint without its reader
+                callback.reader = self.run_state
         if checkpoint is not None:
             saved = saved_run_state(self.state.stateful_callbacks, checkpoint)
             if saved is not None:
@@ -456,7 +418,7 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
             in_flight = load_round_in_flight(checkpoint, self.accelerator.process_index, self.accelerator.device)
             if in_flight is not None:  # the checkpoint fell inside a round: continue it, not a regenerated one
                 self._step, self._buffered_inputs = in_flight
-                if self._count_column() is not None:
+                if self.objective.count_column is not None:
                     self._count_round()
 
     def _save_optimizer_and_scheduler(self, output_dir):
@@ -466,31 +428,38 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
 
     # ------------------------------------------------------------------ registration, card, Hub (method §2)
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        # the one run plan every hook reads, its budget folded again with any RolloutTokenBudget callback
-        self.run_plan = self.run_plan.with_callbacks(self.args, self.callback_handler.callbacks)
-        if self.args.register_experiment:
+        # the one run plan every hook reads, its budget folded again with every RolloutTokenBudget callback
+        callbacks = self.callback_handler.callbacks
+        self.run_plan = self.run_plan.with_callbacks(callbacks)
+        for callback in callbacks:
+            if isinstance(callback, RolloutTokenBudget):
+                callback.bind(lambda: self.run_plan, lambda: self.counters.generated)
+        if self.run_plan.records.register_experiment:
             self.register_experiment()
         return super().train(resolve_checkpoint(resume_from_checkpoint, self.args.output_dir), *args, **kwargs)
 
     def register_experiment(self) -> dict | None:
         """Refuse overlapping splits, then write ``experiment.json`` and return the record (:class:`Publisher`)."""
-        return self.publisher.register_experiment()
+        return self.publisher.register_experiment(
+            self.run_plan, self.train_dataset, self.eval_dataset, self.data_source
+        )
 
     def create_model_card(self, *args, **kwargs) -> None:
         super().create_model_card(*args, **kwargs)
         validation = [cb for cb in self.callback_handler.callbacks if isinstance(cb, ValidationCallback)]
-        self.publisher.append_card_sections(validation[0].history if validation else [])
+        self.publisher.append_card_sections(self.run_plan, self.beta, validation[0].history if validation else [])
 
     def push_to_hub(self, *args, **kwargs):
         """``Trainer.push_to_hub``; with ``hub_merge_adapter`` the LoRA adapter is merged into the base weights first
         (the adapter is kept in ``adapter/``) and adapter files left at the repository root are deleted, so a merged
         push always waits for its upload."""
-        with swapped(self.publisher, merge_for_push=self.args.hub_merge_adapter):
+        merge = self.run_plan.records.hub_merge_adapter
+        with swapped(self.publisher, merge_for_push=merge):
             result = super().push_to_hub(*args, **kwargs)
-        if self.args.hub_merge_adapter and self.is_world_process_zero():
+        if merge and self.is_world_process_zero():
             if hasattr(result, "result"):  # blocking=False: a future of the upload
                 result = result.result()
-            self.publisher.delete_root_adapter()
+            self.publisher.delete_root_adapter(self.hub_model_id)
         return result
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
@@ -521,9 +490,12 @@ class LooGspoTrainer(ForwardMixin, GRPOTrainer):
 
     def nothing_trained(self) -> str | None:
         """Why this run moved the policy on no answer, or ``None`` when some answer carried a weight."""
-        padded = self.sampler.sampling_counters["padded_rows"]
-        history = self.state.log_history
-        names = self.reward_func_names
-        return self.checks.nothing_trained(
-            self.args, names, self.state.global_step, history, self.counters.effective, padded
-        )
+        padded, state = self.sampler.sampling_counters["padded_rows"], self.state
+        facts = (state.global_step, state.log_history, self.counters.effective, padded)
+        return self.checks.nothing_trained(self.run_plan.sampling, self.reward_func_names, *facts)
+
+    def run_facts(self) -> RunFacts:
+        """What the end-of-run summary reads besides the log history (:func:`summary_rows`)."""
+        clip = self.clip_control.summary() if self.clip_control.tally else None
+        counters = self.counters
+        return RunFacts(self.state.global_step, counters.generated, counters.effective, clip, self.nothing_trained())

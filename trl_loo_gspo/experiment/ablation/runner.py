@@ -104,7 +104,7 @@ def _train_to_budget(budget, trainer, validation_cb, verifier, name, overrides, 
 
     trainer.remove_callback(PrinterCallback)
     # the plan's budget joins the trainer's run plan (trainer.run_plan), which the sampling rounds and the steps read
-    trainer.add_callback(RolloutTokenBudget(trainer, budget, progress))
+    trainer.add_callback(RolloutTokenBudget(budget, progress))
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
