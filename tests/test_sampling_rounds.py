@@ -163,9 +163,15 @@ def test_the_probe_layout_keeps_its_promises(case):
 @given(probe_cases())
 def test_the_final_round_takes_the_groups_of_the_probe_size_and_leaves_the_rest_unused(case):
     """On the last round the sizes are those of any other round, less every group larger than the probe: its rows
-    stay unused (not handed to another prompt) and its prompt is surplus."""
-    before = probe_layout(**{**case, "final": False})
+    stay unused (not handed to another prompt) and its prompt is surplus. With adaptive sizes whose smallest group is
+    the probe, the last round allocates up to the probe's size: every passing prompt that fits is a whole group."""
     last = probe_layout(**{**case, "final": True})
+    low, _ = case["group_size_bounds"]
+    if case["adaptive"] and low <= case["probe"]:
+        capped = probe_layout(**{**case, "final": False, "group_size_bounds": (low, case["probe"])})
+        assert last == capped and last.continued == [] and set(last.size_of.values()) <= {case["probe"]}
+        return
+    before = probe_layout(**{**case, "final": False})
     assert last.complete == before.complete
     assert last.size_of == {j: before.size_of[j] for j in before.complete}
     assert last.surplus == sorted(before.surplus + before.continued)
@@ -193,9 +199,15 @@ def test_the_probe_layout_by_hand():
     assert probe_layout([0.5, 0.5], [True, True], 10, 2, 4, True, (2, 8), False) == ProbeLayout(
         size_of={0: 8, 1: 2}, filtered=[], surplus=[], complete=[1], continued=[0]
     )
-    # ... and on the last round only that one is taken; prompt 0's 8 rows stay unused
+    # ... and on the last round (min_generations = probe) both are groups of the probe's size: no continuation can
+    # follow, so the sizes are allocated up to the probe (before #44's review only prompt 1 was taken, the less
+    # informative one; prompt 0's 8 rows stayed unused)
     assert probe_layout([0.5, 0.5], [True, True], 10, 2, 4, True, (2, 8), True) == ProbeLayout(
-        size_of={1: 2}, filtered=[], surplus=[0], complete=[1], continued=[]
+        size_of={0: 2, 1: 2}, filtered=[], surplus=[], complete=[0, 1], continued=[]
+    )
+    # with min_generations above the probe nothing can be complete on the last round
+    assert probe_layout([0.5, 0.5], [True, True], 10, 2, 4, True, (3, 8), True) == ProbeLayout(
+        size_of={}, filtered=[], surplus=[0, 1], complete=[], continued=[]
     )
     # probe 4, bounds (4, 12), 20 rows: the most informative first (p = 1/2: 12), then p = 1/4 (4 + 8·3/4 = 10 wanted,
     # the 8 left given); prompts 2 and 3 (as informative as 0, later) get nothing

@@ -113,19 +113,26 @@ def allocate_group_sizes(pass_rates: list[float], rows: int, k_min: int, k_max: 
     ``k_min``; rows too few for another group are spread over the groups already sized, up to ``k_max``. If rows
     too few for a group are still left (every sized group at ``k_max``), sized groups give rows back (down to
     ``k_min``) until the rest makes one more group of ``k_min``: a later round can always fill what this one leaves,
-    unless every sized group is at ``k_min`` already. Returns one size per prompt (0 = not continued); the sizes add
-    up to at most ``rows`` (less only when the prompts run out, or when the rest is left for a later round).
+    unless every sized group is at ``k_min`` already. Returns one size per prompt (0 = not continued); every size is
+    0 or in [``k_min``, ``k_max``], and the sizes add up to at most ``rows`` (a negative ``rows`` counts as 0; less
+    only when the prompts run out, or when the rest is left for a later round), whatever the pass rates.
+
+    A pass rate outside [0, 1] is not the pass rate of a Bernoulli answer (it is the probe's mean reward, when
+    rewards leave [0, 1] and ``probe_pass_rate_band`` reaches beyond [0, 1]): its p(1−p) would be negative, a size
+    below ``k_min`` (even negative) that hands its rows to the other prompts. Such a rate counts as uninformative,
+    p(1−p) = 0, exactly as if clipped to [0, 1] (p(1−p) < 0 exactly outside [0, 1]): ``k_min`` answers, ranked with
+    the rates 0 and 1 after every rate strictly inside. A NaN rate counts the same way.
     """
     if not 1 <= k_min <= k_max:
         raise ValueError(f"need 1 <= k_min <= k_max, got {k_min}, {k_max}")
-    order = sorted(range(len(pass_rates)), key=lambda j: (-pass_rates[j] * (1 - pass_rates[j]), j))
+    weights = [_bernoulli_variance(p) for p in pass_rates]
+    order = sorted(range(len(pass_rates)), key=lambda j: (-weights[j], j))
     sizes = [0] * len(pass_rates)
     left = rows
     for position, j in enumerate(order):
         if left < k_min:
             break
-        p = pass_rates[j]
-        size = min(round(k_min + (k_max - k_min) * 4 * p * (1 - p)), left)
+        size = min(round(k_min + (k_max - k_min) * 4 * weights[j]), left)  # 4p(1-p) in [0, 1]: k_min..k_max
         if 0 < left - size < k_min:  # what would be left cannot make a group
             more_prompts = position + 1 < len(order)
             if more_prompts and left - k_min >= k_min:
@@ -150,6 +157,13 @@ def allocate_group_sizes(pass_rates: list[float], rows: int, k_min: int, k_max: 
                 sizes[j] -= back
                 left += back
     return sizes
+
+
+def _bernoulli_variance(p: float) -> float:
+    """p(1−p) for a pass rate p in [0, 1]; 0 for any other value (negative there, NaN for NaN): the same as clipping
+    p to [0, 1] first."""
+    variance = p * (1 - p)
+    return variance if variance > 0 else 0.0
 
 
 def adaptive_round_can_fill(rows_missing: int, k_min: int) -> bool:

@@ -167,10 +167,11 @@ def probe_layout(
     rows each, in index order, for as many as fit, or with ``adaptive`` the sizes of
     :func:`~trl_loo_gspo.algorithms.group_filter.allocate_group_sizes` from their pass rates within
     ``group_size_bounds`` (the most informative first). On the ``final`` round no continuation can follow, so
-    only groups of exactly ``probe`` answers are taken (the rows given to larger groups stay unused). A passing
-    prompt given no rows is surplus.
-    The sizes taken add up to at most ``max(rows_missing, 0)`` when every pass rate lies in [0, 1] (the guarantee of
-    ``allocate_group_sizes``; tests/test_sampling_rounds.py).
+    only groups of exactly ``probe`` answers are taken: with ``adaptive`` and ``min_generations == probe`` the
+    sizes are allocated up to ``probe`` there (every passing prompt that fits gets a whole group now, rather than
+    the least informative ones only); otherwise the rows given to larger groups stay unused. A passing prompt given
+    no rows is surplus. The sizes taken add up to at most ``max(rows_missing, 0)`` for any pass rates (the
+    guarantee of ``allocate_group_sizes``; tests/test_sampling_rounds.py).
     """
     if len(probe_means) != len(passing):
         raise ValueError(f"one pass flag per probe mean: {len(passing)} flags for {len(probe_means)} means")
@@ -178,7 +179,10 @@ def probe_layout(
     rows = max(rows_missing, 0)
     # §3.1 two-stage probe: the passing prompts' group sizes at the rows still open (adaptive K or K each)
     if adaptive:
-        sizes = allocate_group_sizes([float(probe_means[j]) for j in passed], rows, *group_size_bounds)
+        low, high = group_size_bounds
+        if final and low <= probe:  # no later round: groups of the probe's size are the ones that can be complete
+            high = probe
+        sizes = allocate_group_sizes([float(probe_means[j]) for j in passed], rows, low, high)
     else:
         fits = rows // num_generations
         sizes = [num_generations if position < fits else 0 for position in range(len(passed))]

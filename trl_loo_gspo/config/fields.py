@@ -366,6 +366,7 @@ class LooGspoConfig(GRPOConfig):
         # TRL derives one of generation_batch_size / steps_per_generation from the other and then refuses both set:
         # accept both when they agree (a replaced or reloaded config), so that the config round-trips.
         given_batch = self.generation_batch_size if self.steps_per_generation is not None else None
+        stated_batch = self.generation_batch_size if self.steps_per_generation is None else None  # set alone
         if given_batch is not None:
             self.generation_batch_size = None
         super().__post_init__()
@@ -375,7 +376,7 @@ class LooGspoConfig(GRPOConfig):
                 f"(per_device_train_batch_size × processes × steps_per_generation = {self.generation_batch_size}): "
                 "set only one of them."
             )
-        self._validate()
+        self._validate(stated_batch)
 
     @property
     def objective(self) -> Objective:
@@ -458,8 +459,9 @@ class LooGspoConfig(GRPOConfig):
                 "never acts. Raise steps_per_generation or num_iterations, or set clip_target_fraction=None."
             )
 
-    def _validate(self) -> None:
-        """Reject invalid or unsupported combinations with a message naming the field and the fix."""
+    def _validate(self, stated_batch: int | None = None) -> None:
+        """Reject invalid or unsupported combinations with a message naming the field and the fix. ``stated_batch``:
+        ``generation_batch_size`` when it was set without ``steps_per_generation``."""
         resolved = objective.resolve(self)  # refuses contradictions of the objective's fields
         if resolved.uses_own_loss:
             if not 0.0 < resolved.epsilon_low < 1.0:
@@ -532,6 +534,16 @@ class LooGspoConfig(GRPOConfig):
                 raise ValueError(
                     "adaptive_group_size needs probe_generations <= min_generations <= max_generations, got "
                     f"{self.probe_generations}, {low}, {high}."
+                )
+            # A generation batch has generation_batch_size rows when that is set alone, whatever the number of
+            # processes (TRL derives steps_per_generation from it); otherwise per_device_train_batch_size x
+            # steps_per_generation x processes, and the run's processes are not known here: the sampler checks it.
+            if stated_batch is not None and low > stated_batch:
+                raise ValueError(
+                    f"adaptive_group_size: min_generations={low} is larger than generation_batch_size={stated_batch}, "
+                    "the rows of one generation batch (all processes): no group of min_generations answers fits in "
+                    f"it, every probe that passed would be discarded and the batch padded. Set min_generations <= "
+                    f"{stated_batch}, or raise generation_batch_size."
                 )
         if self.recheck_filtered_every is not None:
             if not self.dynamic_sampling:

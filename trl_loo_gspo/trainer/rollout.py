@@ -63,6 +63,7 @@ class DynamicSampler:
         self._row_calls = 0  # generation calls so far (part of a row's local key)
         self._pad_template: dict | None = None
         self._pad_input: dict | None = None
+        self._pad_rewards: torch.Tensor | None = None  # an empty rewards tensor of the right width (padding rows)
         self._warned_exhausted = False
         self._refill: RefillSampler | None = None
         self.sampling_counters = {"discarded_tokens": 0, "padded_rows": 0, "surplus_groups": 0, "rounds": 0}
@@ -129,6 +130,7 @@ class DynamicSampler:
         if local and self._pad_template is None:
             self._pad_template = padding_record(local[0])  # every padding row of this rank
             self._pad_input = mine[0]  # ... and its inputs: the same prompt
+            self._pad_rewards = rewards_per_func[:0]  # ... and the rewards' width, dtype and device (no row)
         refs = [
             {
                 "owner": row // share,
@@ -293,6 +295,15 @@ class DynamicSampler:
         local_rows = len(inputs)
         total_rows = local_rows * ranks  # one generation batch
         needed = total_rows // k  # groups of K in one generation batch
+        smallest = plan.group_size_bounds[0]
+        if plan.probe_generations and plan.adaptive_group_size and smallest > total_rows:  # known only here
+            raise ValueError(
+                f"adaptive_group_size: min_generations={smallest} is larger than the generation batch, {total_rows} "
+                f"rows ({local_rows} per process x {ranks} process(es): per_device_train_batch_size x "
+                "steps_per_generation x processes). No group of min_generations answers fits in it: every probe that "
+                f"passed would be discarded and the batch padded. Set min_generations <= {total_rows}, or raise "
+                "per_device_train_batch_size or steps_per_generation."
+            )
         # TRL's batch holds each prompt k times in a row: gather each group's first row only
         first_rows = [x for i, x in enumerate(inputs) if (rank * local_rows + i) % k == 0]
         prompts = [x for part in gather_object([first_rows]) for x in part]
@@ -376,15 +387,16 @@ class DynamicSampler:
         # others move (once, to the rank that trains them). A stable sort: the same order on every rank.
         chosen.sort(key=lambda c: Counter(r["owner"] for r in c["records"]).most_common(1)[0][0])
         # Padding rows: zero-weight one-token rows (their completion mask is zeroed after TRL's pass, rewards NaN).
-        inputs_pool = [x for c in candidates for x in c["inputs"]]
+        # (no candidate at all, e.g. a last round whose passing probes all wanted larger groups: the batch's own)
+        inputs_pool = [x for c in candidates for x in c["inputs"]] or list(inputs)
         all_refs = [r for c in chosen for r in c["records"]] + [{"pad": True}] * selection.padding_rows
         all_inputs = [x for c in chosen for x in c["inputs"]] + [
             inputs_pool[i % len(inputs_pool)] for i in range(selection.padding_rows)
         ]
         rewards_rows = [c["rewards"] for c in chosen]
         if selection.padding_rows:
-            width = candidates[0]["rewards"].size(1)
-            rewards_rows.append(candidates[0]["rewards"].new_full((selection.padding_rows, width), float("nan")))
+            template = self._pad_rewards
+            rewards_rows.append(template.new_full((selection.padding_rows, template.size(1)), float("nan")))
         rewards_per_func = torch.cat(rewards_rows)
         pad_rows_all = torch.zeros(len(all_refs), dtype=torch.bool, device=rewards_per_func.device)
         pad_rows_all[len(all_refs) - selection.padding_rows :] = True
