@@ -109,7 +109,7 @@ def test_trl_reward_function_interface_plain_and_conversational(verifier):
     output = verifier.score_batch(**call)
     assert output.scores == (1.0, 0.0, 0.0)
     assert [r.status for r in output.results] == ["pass", "fail", "fail"]
-    assert verifier.__name__ == "math" and verifier.describe()["version"].startswith("4+math-verify-")
+    assert verifier.__name__ == "math" and verifier.describe()["version"].startswith("5+math-verify-")
 
 
 def test_exceptions_become_unscorable_and_anomalies_are_logged():

@@ -2,15 +2,29 @@
 
 Extraction of the final answer (``\\boxed{}``, LaTeX, plain expressions), then symbolic/numeric equivalence with
 the dataset's ``answer`` column: fractions vs decimals, intervals and sets, units, numeric tolerance — all
-``math-verify``'s work. This module adapts it to the verifier contract, with two rules of its own:
+``math-verify``'s work. This module adapts it to the verifier contract, with rules of its own:
 
 - *Relations.* ``math-verify`` reads one side of a relation (``\\boxed{4 = 3}`` and ``\\boxed{3 \\approx 4}``
   equalled a gold ``3``), so a predicted final answer that is an equation, an approximation or an inequality counts
   only against a gold answer that is a relation too (:class:`MathVerifier` lists the relations).
+- *One final answer, read whole.* A final answer holding several candidate values is never right: ``math-verify``
+  compares what it reads of the final answer with the gold answer, so it must read all of it. Where it reads the
+  whole answer and finds several values (``3, 4``, ``\\{3, 4\\}``, ``\\pm 2``), it compares them as one set or
+  tuple, which never equals a single value and equals a gold set or tuple only when they match. Where it would read
+  one value out of several, the answer scores 0.0: when it cannot convert an anchored final answer (a box, "final
+  answer is", "answer:") and falls back to another match (``\\boxed{3 \\\\ 4}``, ``\\boxed{3 \\oplus 4}``,
+  ``cases``), the answer is compared as text instead; when it drops trailing text holding a value
+  (``3 \\text{ (maybe 4)}``), the answer is refused (both in the worker, :func:`.math_worker._whole_reading`);
+  so is a box holding a box and more (``\\boxed{4 \\boxed{3}}``: it reads the inner box) and a GSM8K ``####``
+  line holding several values (``#### 3 or 4``: it reads the last number), :func:`_final_answer_refusal`.
 - *Isolation.* ``math-verify`` runs in a worker process: its own timeout is ``signal.alarm``, which works in the main
   thread only, and one of its regular expressions is cubic on ``"$$" + "\\boxed{1}" * n`` (20 kB: about 40 minutes,
   with the GIL held throughout), so in the trainer's process a reward computed off the main thread could stall the
   whole process. The worker is killed past the time limit, whichever thread asked.
+
+Right answers ``math-verify`` misreads are rewritten before it reads them (:func:`_readable`): a repeating decimal
+(``0.\\overline{3}``), a final answer that is one text group starting with a number (``\\boxed{\\text{6
+hours}}``) and thin-space thousands separators (``10\\,000``).
 """
 
 from __future__ import annotations
@@ -18,6 +32,7 @@ from __future__ import annotations
 import re
 import types
 from collections.abc import Callable
+from fractions import Fraction
 from importlib.metadata import version as _package_version
 from typing import Any
 
@@ -26,19 +41,41 @@ from .math_worker import _worker_pool, shutdown_workers
 
 __all__ = ["MathVerifier", "boxed_contents", "shutdown_workers"]
 
-_BOXED = re.compile(r"\\boxed\s*\{")
+#: A box: ``\boxed{`` or ``\fbox{`` (math-verify takes the content of either as the final answer, but finds only
+#: ``\boxed`` as an anchored answer: :func:`_readable` writes ``\fbox`` as ``\boxed``).
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_FBOX = re.compile(r"\\fbox(?![A-Za-z])")
 _BRACE = re.compile(r"[{}]")
 _BLANKS = re.compile(r"\s+")
-#: A text group holding the word "or" (``3 \text{ (or 4)}``): math-verify drops text groups as units, so the hedge
-#: never reaches the worker's check on alternatives (:func:`.math_worker._gold_refusal`).
-_TEXT_OR = re.compile(
-    r"\\(?:text|mathrm|textbf|textit|textrm|mbox|operatorname)\s*\{[^{}]*(?<![A-Za-z])or(?![A-Za-z])"
+#: What is left of a box whose content was cut out (:func:`_box_answers`).
+_EMPTY_BOX = re.compile(r"\\(?:boxed|fbox)\{\}")
+#: A repeating decimal, ``0.\overline{3}``, ``1.2\overline{45}``, ``0.\bar{6}``: math-verify does not read the bar
+#: (it reads ``0``, or gives up), and nothing in it converts one, so :func:`_repeating_decimal` does.
+_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\(?:overline|bar)\s*(?:\{\s*(\d+)\s*\}|(\d))")
+#: A number with thin-space thousands separators, ``10\,000``: math-verify reads ``1\,000`` as 1 * 0 (0).
+_THIN_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:\\,\d{3})+(?!\d)")
+#: A final answer that is one text group starting with a number (``\text{6 hours}``): math-verify reads it as the
+#: symbol ``6hours``; as ``6 \text{ hours}`` it reads 6 and drops the unit.
+_TEXT_NUMBER = re.compile(
+    r"\s*\\(?:text|textrm|textnormal|textbf|textit|mathrm|mathbf|mathit|mbox)\s*\{\s*"
+    r"(-?\d[\d,]*(?:\.\d+)?)\s*([^{}]*)\}\s*"
 )
-_LIST_SEPARATORS = re.compile(r",|;|\\\\")
+#: GSM8K's answer line, ``#### 1,234``: the text after the last ``####`` on its line.
+_HASHES_LINE = re.compile(r"####[ \t]*([^\n]*)")
+#: The start of a value in a ``####`` line: a number or a fraction, after bold, a dollar sign or a sign.
+_VALUE_START = re.compile(r"(?:\*\*|\\?\$|[-+(]|\s)*(?:\.?\d|\\[dtc]?frac)")
+#: One plain value in a ``####`` line, as math-verify reads plain text (its number formats: ``1,000`` and ``1 000``
+#: are one number, ``3,5`` a decimal comma; numbers joined by operators, ``3/4``, one expression; a ``\frac``).
+#: math-verify has no count of the values in a text (it reads one), so the count is ours.
+_NUMBER = r"(?:\d{1,3}(?:[ ,]\d{3})+|\d+)(?:[.,]\d+)?|\.\d+"
+_PLAIN_VALUE = re.compile(
+    rf"\\[dtc]?frac\s*\{{[^{{}}]*\}}\s*\{{[^{{}}]*\}}|(?:{_NUMBER})(?:\s*[-+*/^×÷]\s*\(?\s*(?:{_NUMBER})\s*\)?)*"
+)
 
 
 def _boxed_spans(text: str) -> list[tuple[int, int]]:
-    """Bounds of the contents of every closed ``\\boxed{...}`` (nested braces balanced), in order, in O(n).
+    """Bounds of the contents of every closed ``\\boxed{...}`` or ``\\fbox{...}`` (nested braces balanced), in
+    order, in O(n).
 
     One pass over the braces with a stack (the ``{`` of each ``\\boxed{`` marked): a ``}`` closes the innermost
     open brace, so it closes a ``\\boxed{`` exactly when the braces after that opener balance there — what a
@@ -72,10 +109,99 @@ def _outermost(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def boxed_contents(text: str) -> list[str]:
-    """Contents of every closed ``\\boxed{...}`` (nested braces balanced), stripped. The text of nested boxes
-    overlaps, so the output (not the scan) can be quadratic in size: :meth:`MathVerifier.hack_score` reads at most
-    four of them."""
+    """Contents of every closed ``\\boxed{...}`` or ``\\fbox{...}`` (nested braces balanced), stripped. The text
+    of nested boxes overlaps, so the output (not the scan) can be quadratic in size: :meth:`MathVerifier.hack_score`
+    reads the spans (:func:`_box_answers`), not this."""
     return [text[start:end].strip() for start, end in _boxed_spans(text)]
+
+
+def _box_answers(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, str]]:
+    """(start, answer) of each box that holds an answer of its own: its content without the boxes nested in it
+    (blanks removed). A box holding only boxes is a wrapper, not an answer (``\\boxed{\\boxed{3}}`` is one answer,
+    ``3``); one holding more is (``\\boxed{4 \\boxed{3}}`` holds two, ``4`` and ``3``); an innermost box always is,
+    empty or not. Linear in the text: each character belongs to one innermost box."""
+    answers: list[tuple[int, str]] = []
+    stack: list[list[Any]] = []  # per open box: [start, end, pieces of its own text, where the next piece starts]
+
+    def close(box: list[Any], nested: bool) -> None:
+        start, end, pieces, cursor = box
+        own = _EMPTY_BOX.sub("", _BLANKS.sub("", "".join(pieces) + text[cursor:end]))
+        if own or not nested:
+            answers.append((start, own))
+
+    nested_in: set[int] = set()  # starts of the boxes that hold another box
+    for start, end in spans:  # sorted by start; boxes nest or are disjoint
+        while stack and start >= stack[-1][1]:
+            box = stack.pop()
+            close(box, box[0] in nested_in)
+        if stack:
+            parent = stack[-1]
+            parent[2].append(text[parent[3] : start])
+            parent[3] = end
+            nested_in.add(parent[0])
+        stack.append([start, end, [], start])
+    while stack:
+        box = stack.pop()
+        close(box, box[0] in nested_in)
+    answers.sort()
+    return answers
+
+
+def _repeating_decimal(match: re.Match[str]) -> str:
+    """``\\frac{p}{q}`` for a repeating decimal (:data:`_REPEATING`): a.b(c) = (abc - ab) / (10^|b| (10^|c| - 1))."""
+    whole, fixed, repeat = match[1] or "0", match[2], match[3] or match[4]
+    value = Fraction(int(whole + fixed + repeat) - int(whole + fixed), 10 ** len(fixed) * (10 ** len(repeat) - 1))
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+def _readable(text: str) -> str:
+    """``text`` with the right answers math-verify misreads rewritten: repeating decimals as fractions
+    (``0.\\overline{3}`` -> ``\\frac{1}{3}``), and a last box that is one text group starting with a number as the
+    number and the text (``\\boxed{\\text{6 hours}}`` -> ``\\boxed{6 \\text{ hours}}``), thin-space thousands
+    separators dropped (``10\\,000`` -> ``10000``); ``\\fbox`` as ``\\boxed``, which math-verify finds as a
+    final answer."""
+    text = _FBOX.sub(r"\\boxed", text)
+    if "\\overline" in text or "\\bar" in text:  # the searches try every position: 1 ms on 20 kB, skipped
+        text = _REPEATING.sub(_repeating_decimal, text)
+    if "\\," in text:
+        text = _THIN_THOUSANDS.sub(lambda number: number[0].replace("\\,", ""), text)
+    spans = _outermost(_boxed_spans(text))
+    if spans:
+        start, end = spans[-1]
+        number = _TEXT_NUMBER.fullmatch(text, start, end)
+        if number is not None:
+            unit = f" \\text{{ {number[2].strip()}}}" if number[2].strip() else ""
+            text = f"{text[:start]}{number[1]}{unit}{text[end:]}"
+    return text
+
+
+def _final_answer_refusal(text: str) -> str | None:
+    """Why the final answer of ``text`` holds several candidate values math-verify would read one of, judged on the
+    text (the worker judges what math-verify made of it), or ``None``:
+
+    - the last box holds a box and more (``\\boxed{4 \\boxed{3}}``, ``\\boxed{\\boxed{2} + \\boxed{3}}``):
+      math-verify reads the innermost last box;
+    - GSM8K's answer line, the last ``####`` with no box after it, holds several plain values (``#### 3 or 4``,
+      ``#### 3, 4``): math-verify reads the last number of the text. Counted when the line starts with a value or
+      is the last line of the text (a Markdown heading ``#### Step 2`` is neither).
+    """
+    spans = _boxed_spans(text)
+    outermost = _outermost(spans)
+    if outermost:
+        start, end = outermost[-1]
+        answers = {answer for _, answer in _box_answers(text, [span for span in spans if start <= span[0] < end])}
+        if len(answers) > 1:
+            return f"the final answer holds a box and more ({text[start:end].strip()!r}): math-verify reads one box"
+    marker = text.rfind("####")
+    if marker < 0 or (outermost and outermost[-1][0] > marker):
+        return None
+    line = _HASHES_LINE.match(text, marker)
+    answer = line[1].strip()
+    if not _VALUE_START.match(answer) and text[line.end() :].strip():
+        return None
+    if len(_PLAIN_VALUE.findall(answer)) > 1:
+        return f"the #### answer holds several values ({answer!r}): math-verify reads one of them"
+    return None
 
 
 class _ClassOrInstanceMethod:
@@ -124,6 +250,9 @@ class MathVerifier(Verifier):
     ``3 \approx 3``, ``x > 2``. ``math-verify`` reads one side of such a relation, so each was a way to offer two
     answers at once.
 
+    One final answer, read whole: an answer holding several candidate values of which ``math-verify`` would read one
+    scores 0.0 (the module's docstring says how); several values it reads whole compare as one set or tuple.
+
     Worker process: ``math-verify`` runs in a separate Python process (started on first use with ``sys.executable``;
     it imports math-verify, not this package or torch), one per thread checking at the same time, at most four per
     process, shared by every instance and reused across calls. The calling thread waits in ``poll`` (without the
@@ -154,7 +283,7 @@ class MathVerifier(Verifier):
             raise ImportError("MathVerifier needs math-verify: pip install 'math-verify[antlr4_13_2]'") from err
         if timeout_seconds is None or not timeout_seconds > 0:
             raise ValueError(f"timeout_seconds must be a positive number of seconds, not {timeout_seconds!r}")
-        self.version = f"4+math-verify-{_package_version('math-verify')}"
+        self.version = f"5+math-verify-{_package_version('math-verify')}"
         super().__init__()
         self.timeout_seconds = timeout_seconds
         self.float_rounding = float_rounding
@@ -167,14 +296,14 @@ class MathVerifier(Verifier):
         if answer is None or str(answer).strip() == "":
             return VerifierResult(None, "unscorable", "parse_failure", {"reason": "the dataset row has no answer"})
         gold_text = str(answer)
-        spans = _outermost(_boxed_spans(completion))
-        if spans and _TEXT_OR.search(completion[spans[-1][0] : spans[-1][1]]):
-            if len(_LIST_SEPARATORS.split(gold_text)) == 1:  # a list gold may be written "3 or 4"
-                refused = 'the final answer joins alternatives ("or" in a text group) and the gold answer does not'
-                return VerifierResult(0.0, "fail", None, {"gold": gold_text, "extracted": None, "refused": refused})
+        text = _readable(completion[-self.max_chars :])
+        details: dict[str, Any] = {"gold": gold_text, "truncated_input": len(completion) > self.max_chars}
+        refused = _final_answer_refusal(text)
+        if refused is not None:
+            return VerifierResult(0.0, "fail", None, {**details, "extracted": None, "refused": refused})
         request = {
-            "gold": gold_text,
-            "completion": completion[-self.max_chars :],
+            "gold": _readable(gold_text),
+            "completion": text,
             "timeout": self.timeout_seconds,
             "options": {
                 "float_rounding": self.float_rounding,
@@ -195,7 +324,6 @@ class MathVerifier(Verifier):
             return VerifierResult(
                 None, "unscorable", "parse_failure", {"reason": f"gold answer unparseable: {gold_text!r}"}
             )
-        details: dict[str, Any] = {"gold": gold_text, "truncated_input": len(completion) > self.max_chars}
         if killed == "completion" or reply.get("completion") == "timeout":
             return VerifierResult(
                 0.0,
@@ -217,9 +345,10 @@ class MathVerifier(Verifier):
 
     @_ClassOrInstanceMethod
     def hack_score(self, completion: str, **_: Any) -> float:
-        """P_hack for math (method §2.1): 1.0 for several *distinct* boxed final answers (hedging: the innermost
-        boxes, so a box inside a box is one answer) or answer spam (five or more outermost boxes), else 0.0. Linear
-        time.
+        """P_hack for math (method §2.1): 1.0 for several *distinct* boxed final answers (hedging: the answers are
+        the boxes' own contents, :func:`_box_answers`, so a box around a box is one answer and ``\\boxed{4
+        \\boxed{3}}`` two), several distinct GSM8K ``####`` answer lines (``#### 3`` then ``#### 4``) or answer
+        spam (five or more outermost boxes), else 0.0. Linear time.
 
         A completion over the size cap (:attr:`max_completion_chars`: the instance's when called on an instance,
         the class's when called on the class) scores 1.0 without being read: :meth:`safe_verify` scores it 0.0
@@ -230,7 +359,6 @@ class MathVerifier(Verifier):
         spans = _boxed_spans(completion)
         if len(_outermost(spans)) >= 5:
             return 1.0
-        # the answers are the innermost boxes: \boxed{\boxed{3}} is one answer, \boxed{\boxed{2} + \boxed{3}} two
-        leaves = [span for i, span in enumerate(spans) if i + 1 == len(spans) or spans[i + 1][0] >= span[1]]
-        distinct = {_BLANKS.sub("", completion[start:end]) for start, end in leaves}
-        return float(len(distinct) >= 2)
+        distinct = {answer for _, answer in _box_answers(completion, spans)}
+        lines = {_BLANKS.sub("", line) for line in _HASHES_LINE.findall(completion) if _VALUE_START.match(line)}
+        return float(len(distinct) >= 2 or len(lines) >= 2)

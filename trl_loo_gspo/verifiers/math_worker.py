@@ -148,6 +148,31 @@ def _gold_refusal(gold_text: str, gold_is_relation: bool, texts: list[str]) -> s
     return None
 
 
+# --- Reading the final answer whole ------------------------------------------------------------------------------
+# math-verify tries its matches in order (anchored first: a box, "final answer is", "answer:"; then any LaTeX or
+# number, rightmost first) and returns the first it converts. Two ways it reads one value of several: it falls back to
+# another match when it cannot convert the final answer (the 4 of ``\boxed{3 \oplus 4}``), and its unit normalisation
+# drops the end of an answer from a text group on (``3 \text{ (maybe 4)}`` -> 3). :func:`_whole_reading` sees both
+# (the worker's ``dropped_by_units`` runs math-verify's own normalisation with and without units).
+
+
+def _whole_reading(predicted: list[Any], first: dict[str, Any] | None, dropped: str) -> tuple[list[Any], str | None]:
+    """(the answers to compare, why the answer is refused or ``None``): math-verify's reading kept only where it is of
+    the whole final answer. ``first``: the first match tried (``text``, ``read``, ``anchored``); ``dropped``: what
+    the unit normalisation cut from the match read (``dropped_by_units`` in :func:`_worker_main`).
+
+    - An anchored final answer math-verify could not convert is compared as text (math-verify's own fallback string,
+      equal only to the same text of the gold answer), not by another match; unanchored text keeps the fallback.
+    - Dropped text may be a unit (``\\text{ cm}^2``), not a value or an alternative: no digit but a unit's exponent,
+      no list separator ("or" and "and" become commas: ``\\text{ (or 4)}`` is dropped as ``\\text{ (, 4)}``).
+    """
+    if first is not None and first["anchored"] and not first["read"]:
+        return [item for item in predicted if isinstance(item, str)], None
+    if re.search(r"[\d,;]", re.sub(r"\^\s*\{?\s*\d+\s*\}?\s*$", "", dropped)):
+        return predicted, f"math-verify drops {dropped!r} as a unit: a value or alternative kept from the gold answer"
+    return predicted, None
+
+
 # --- The worker process -------------------------------------------------------------------------------------------
 
 
@@ -172,7 +197,10 @@ def _worker_main(sys_path: list[str]) -> None:
     replies = os.dup(1)
     os.dup2(2, 1)  # what the libraries print goes to stderr, not into the replies
 
+    from dataclasses import replace
+
     import math_verify.parser
+    from latex2sympy2_extended.math_normalization import normalize_latex
     from math_verify import parse, verify
     from math_verify.errors import TimeoutException
 
@@ -195,36 +223,67 @@ def _worker_main(sys_path: list[str]) -> None:
         return data
 
     # parse() returns the parsed answer and the text of the first match it tried, which need not be the same match;
-    # extract_match, which parse's loop calls by its module-global name, sees each match's (answer, text). (Without
-    # it, in another math-verify version, the texts are the first match's only.)
-    extracted: list[Any] = []
+    # extract_match, which parse's loop calls by its module-global name, sees each match. (Without it, in another
+    # math-verify version, the texts are the first match's only and :func:`_whole_reading` finds nothing.)
+    extracted: list[tuple[Any, Any]] = []  # per match tried: ((match, target), (answer, text))
     extract_match = getattr(math_verify.parser, "extract_match", None)
 
     def recording_extract_match(*args: Any, **kwargs: Any) -> Any:
         result = extract_match(*args, **kwargs)
-        extracted.append(result)
+        extracted.append((args, result))
         return result
+
+    # The priority of parse()'s patterns; the largest is the unanchored ones'. Unknown (another version): anchored.
+    try:
+        from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, get_extraction_regexes
+
+        targets = [LatexExtractionConfig(), ExprExtractionConfig()]
+        priorities = {pattern: rank for found, _ in get_extraction_regexes(targets) for pattern, rank in found}
+    except Exception:  # noqa: BLE001 - every match is then anchored
+        priorities = {}
+    unanchored = max(priorities.values(), default=math.inf)
 
     if extract_match is not None:
         math_verify.parser.extract_match = recording_extract_match
 
-    def bounded_parse(text: str, seconds: int) -> tuple[list[Any] | None, list[str]]:
-        """(answers, texts), ``([], [])`` when nothing was found, ``(None, [])`` on timeout. The texts: the source of
-        the parsed answer and the text of the first match tried (the final answer by math-verify's priorities, which
-        it may have failed to convert: ``3 \\simeq 4`` yields the 4 of another match)."""
+    def dropped_by_units(match: Any, target: Any) -> str:
+        """What math-verify's unit normalisation cut from the end of the LaTeX groups of ``match`` (``3 \\text{
+        (maybe 4)}`` -> ``\\text{ (maybe 4)}``): its own ``normalize_latex`` with and without units."""
+        dropped = []
+        try:  # a LaTeX match's config; other matches (plain numbers) have none, another version may differ: ""
+            for name, raw in match.groupdict().items():
+                if raw and "_latex" in name:
+                    group = replace(target.normalization_config, malformed_operators=False, nits=False)
+                    if name.split("_")[1] == "latexBoxed":  # as math-verify's extract_latex does
+                        group = replace(group, boxed="last")
+                    kept, whole = normalize_latex(raw, group), normalize_latex(raw, replace(group, units=False))
+                    dropped.append(whole[len(kept) :].strip() if whole.startswith(kept) else "")
+        except Exception:  # noqa: BLE001
+            return ""
+        return " ".join(part for part in dropped if part)
+
+    def bounded_parse(text: str, seconds: int) -> tuple[list[Any] | None, list[str], dict[str, Any] | None, str]:
+        """(answers, texts, first, dropped), ``([], [], None, "")`` when nothing was found, ``(None, ...)`` on
+        timeout. The texts: the source of the parsed answer, the text of the first match tried (the final answer by
+        math-verify's priorities, which it may have failed to convert: ``3 \\simeq 4`` yields the 4 of another match)
+        and ``dropped``; ``first`` and ``dropped``: see :func:`_whole_reading`."""
         extracted.clear()
         try:
             found = parse(text, parsing_timeout=seconds, raise_on_error=True)
         except TimeoutException:
-            return None, []
+            return None, [], None, ""
         except Exception:  # what parse() without raise_on_error returns
-            return [], []
-        sources = [
-            str(item[1])
-            for item in extracted
-            if found and isinstance(item, tuple) and len(item) == 2 and item[0] is found[0]
-        ]
-        return found, sources + [item for item in found if isinstance(item, str)]
+            return [], [], None, ""
+        read = [item for item in extracted if found and isinstance(item[1], tuple) and item[1][0] is found[0]]
+        sources = [str(result[1]) for _, result in read if len(result) == 2]
+        dropped = dropped_by_units(*read[0][0][:2]) if read and len(read[0][0]) >= 2 else ""
+        first = None
+        if extracted and isinstance(extracted[0][1], tuple) and len(extracted[0][1]) == 2:
+            call, (answer, first_text) = extracted[0]
+            anchored = priorities.get(getattr(call[0], "re", None) if call else None, -1) < unanchored
+            first = {"text": str(first_text), "read": answer is not None, "anchored": anchored}
+        texts = sources + [item for item in found if isinstance(item, str)] + ([dropped] if dropped else [])
+        return found, texts, first, dropped
 
     golds: dict[str, tuple[list[Any], bool]] = {}  # gold text -> (parsed, is a relation); rows repeat a gold answer
     send({"ready": True})
@@ -240,10 +299,10 @@ def _worker_main(sys_path: list[str]) -> None:
             if gold_text not in golds:
                 send({"step": "gold"})
                 wrapped = gold_text if "$" in gold_text or "\\boxed" in gold_text else f"${gold_text}$"
-                gold, _ = bounded_parse(wrapped, seconds)
+                gold = bounded_parse(wrapped, seconds)[0]
                 if gold == []:
                     send({"step": "gold"})
-                    gold, _ = bounded_parse(gold_text, seconds)
+                    gold = bounded_parse(gold_text, seconds)[0]
                 if gold is None:
                     send({"gold": "timeout"})
                     continue
@@ -255,13 +314,15 @@ def _worker_main(sys_path: list[str]) -> None:
                 send({"gold": "empty"})
                 continue
             send({"step": "completion"})
-            predicted, sources = bounded_parse(request["completion"], seconds)
+            predicted, sources, first, dropped = bounded_parse(request["completion"], seconds)
             if predicted is None or not predicted:
                 send({"completion": "empty" if predicted == [] else "timeout"})
                 continue
             answer = str(predicted[-1])
             refused = None if gold_is_relation else _relation_refusal(sources, predicted)
             refused = refused or _gold_refusal(gold_text, gold_is_relation, sources)
+            predicted, reading = _whole_reading(predicted, first, dropped)
+            refused = refused or reading
             if refused is not None:
                 send({"extracted": answer, "refused": refused})
                 continue
@@ -297,7 +358,7 @@ _LOADER = (
     "    return data\n"
     "exec(compile(_take(struct.unpack('>I', _take(4))[0]).decode(), '<math-verify worker>', 'exec'))\n"
 )
-_WORKER_FUNCTIONS = (_tree_relations, _is_relation, _relation_refusal, _gold_refusal, _worker_main)
+_WORKER_FUNCTIONS = (_tree_relations, _is_relation, _relation_refusal, _gold_refusal, _whole_reading, _worker_main)
 _WORKER_START_SECONDS = 120.0  # importing sympy and math-verify: about 1 s here; generous for a loaded machine
 _GRACE_SECONDS = 1.0  # past timeout_seconds, for the worker's own alarm to answer before it is killed
 _MAX_WORKERS = 4  # worker processes per process at most: one per thread checking at the same time, started lazily
