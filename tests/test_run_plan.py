@@ -150,3 +150,20 @@ def test_the_objective_is_resolved_once_per_run_not_per_step(tmp_path, monkeypat
     assert trainer.objective is plan.objective and trainer.run_plan.sampling is plan.sampling
     assert trainer.run_plan.rollout_token_budget == 10**6  # the budget is folded again when training starts
     assert trainer.sampler.plan is plan.sampling  # the sampler reads the run plan's sampling settings
+
+
+def test_adding_a_budget_callback_draws_no_already_one_warning(tmp_path, caplog):
+    """The trainer's own budget callback is a class of its own (PlanBudget): a user's RolloutTokenBudget is not
+    "already there" for Transformers' callback handler (issue 46: a six-line warning in every demo and ablation run)."""
+    import logging
+
+    from trl_loo_gspo.trainer.budget import PlanBudget
+
+    trainer, _, _ = controlled_trainer(LooGspoTrainer, tmp_path, max_steps=1)
+    assert sum(isinstance(cb, PlanBudget) for cb in trainer.callback_handler.callbacks) == 1
+    with caplog.at_level(logging.WARNING):
+        trainer.add_callback(RolloutTokenBudget(60))
+    assert "there is already one" not in caplog.text
+    with caplog.at_level(logging.WARNING):
+        trainer.add_callback(PlanBudget())  # the check itself still works: a second PlanBudget draws it
+    assert "there is already one" in caplog.text
