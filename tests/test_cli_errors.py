@@ -422,5 +422,5 @@ def test_local_setup_writes_what_the_printed_command_trains_on_offline(tmp_path,
     assert argv[:5] == ["trl-loo-gspo", "train", "--config", "recipes/math-lora.yaml", "--model_name_or_path"]
     assert main(argv[1:]) == 0
     out = capsys.readouterr().out
-    assert "Objective: loss_type=loo_gspo" in out and f"Model saved to {tmp_path / 'try' / 'out'}" in out
+    assert "Objective: loss_type=loo_gspo" in out and f"Model and card saved to {tmp_path / 'try' / 'out'}" in out
     assert (tmp_path / "try" / "out" / "adapter_model.safetensors").exists()

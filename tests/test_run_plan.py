@@ -154,7 +154,7 @@ def test_the_objective_is_resolved_once_per_run_not_per_step(tmp_path, monkeypat
 
 def test_adding_a_budget_callback_draws_no_already_one_warning(tmp_path, caplog):
     """The trainer's own budget callback is a class of its own (PlanBudget): a user's RolloutTokenBudget is not
-    "already there" for Transformers' callback handler (issue 46: a six-line warning in every demo and ablation run)."""
+    "already there" for Transformers' callback handler (issue 46: a six-line warning in each demo and ablation run)."""
     import logging
 
     from trl_loo_gspo.trainer.budget import PlanBudget

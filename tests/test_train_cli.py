@@ -14,7 +14,7 @@ import pytest
 import yaml
 from peft import PeftModel
 
-from trl_loo_gspo.experiment.build import LooGspoScriptArguments, build_trainer, make_parser
+from trl_loo_gspo.experiment.build import LooGspoScriptArguments, build_trainer, finish, make_parser
 from trl_loo_gspo.trainer.validation import ValidationCallback
 
 from .helpers import free_port
@@ -65,6 +65,14 @@ def test_recipe_parses_builds_and_trains_one_cpu_step(recipe, tiny_model_dir, tm
     assert record["data"]["source"]["mapper"] == settings["dataset_mapper"]
     assert record["data"]["source"]["prompt_format"] == "conversational"  # the tiny tokenizer has a chat template
     assert record["config"]["dynamic_sampling"] is True
+    readme = tmp_path / "out" / "README.md"
+    finish(trainer, script_args, training_args)  # what `trl-loo-gspo train` does after training: save, card
+    card = readme.read_text()  # the documented card, not the blank template PEFT's save_pretrained writes
+    assert "## Method:" in card and "| `dynamic_sampling` | `True` |" in card
+    assert "## Validation (independent split, method §5.2)" in card and "| rollout tokens |" in card
+    block = card.split("## Experiment registration (method §2)")[1].split("```json\n")[1].split("\n```")[0]
+    assert json.loads(block)["task"] == settings["experiment_task"]
+    assert "[More Information Needed]" not in card  # PEFT's template
 
 
 def test_help_lists_every_flag_with_its_help():
@@ -159,10 +167,11 @@ def test_run_tears_the_process_group_down_after_saving(monkeypatch, has_end):
         accelerator=accelerator,
         train=lambda **kw: calls.append("train"),
         save_model=lambda path: calls.append("save"),
+        create_model_card=lambda **kw: calls.append("card"),
     )
     if has_end:
         fake.end = lambda: calls.append("end")
     monkeypatch.setattr(build, "build_trainer", lambda *args: fake)
     training_args = SimpleNamespace(resume_from_checkpoint=None, push_to_hub=False, output_dir="unused")
-    assert build.run(None, training_args, None) is fake
-    assert calls == ["train", "save", "end_training"]
+    assert build.run(SimpleNamespace(dataset_name="unused"), training_args, None) is fake
+    assert calls == ["train", "save", "card", "end_training"]

@@ -2,6 +2,6 @@
 user wrote them) and the frozen :class:`Objective` it resolves to (:mod:`trl_loo_gspo.config.objective`)."""
 
 from .fields import LooGspoConfig
-from .objective import Objective, resolve
+from .objective import LooGspoConfigWarning, Objective, resolve
 
-__all__ = ["LooGspoConfig", "Objective", "resolve"]
+__all__ = ["LooGspoConfig", "LooGspoConfigWarning", "Objective", "resolve"]

@@ -361,7 +361,7 @@ class LooGspoConfig(GRPOConfig):
     def __post_init__(self) -> None:
         notice = objective.inferred_loss_notice(self)
         if notice is not None:
-            warnings.warn(notice, stacklevel=3)
+            warnings.warn(notice, objective.LooGspoConfigWarning, stacklevel=3)
         resolve_bf16(self)  # float32 instead of TRL's bf16 default where this machine cannot run bf16
         # TRL derives one of generation_batch_size / steps_per_generation from the other and then refuses both set:
         # accept both when they agree (a replaced or reloaded config), so that the config round-trips.

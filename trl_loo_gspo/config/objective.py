@@ -38,6 +38,12 @@ from ..algorithms.advantages import ADVANTAGE_ESTIMATORS
 from ..algorithms.aggregation import AGGREGATIONS
 from ..algorithms.losses import LOSSES
 
+
+class LooGspoConfigWarning(UserWarning):
+    """A warning about a :class:`~trl_loo_gspo.LooGspoConfig`'s fields (its category names the package: the warning
+    is raised while the config is built, so the line Python prints is the caller's, often TRL's argument parser)."""
+
+
 #: ``loss_type`` of our loss.
 LOSS_TYPE = "loo_gspo"
 #: TRL 1.16's loss types (``GRPOTrainer._compute_loss``).
@@ -49,6 +55,9 @@ TRL_ADVANTAGES = "trl"
 #: token-level control clipped per token.
 POLICY_LOSS_BY_LEVEL = {"sequence": "response_clip", "token": "token_clip"}
 OWN_POLICY_LOSS = POLICY_LOSS_BY_LEVEL["sequence"]
+#: The ratio level each of those policy losses clips: ``policy_loss="token_clip"`` alone selects the token level (and
+#: its clip range), so the token-level variant of our loss is one field.
+LEVEL_BY_POLICY_LOSS = {loss: level for level, loss in POLICY_LOSS_BY_LEVEL.items()}
 
 # GSPO's clip range for the length-normalised sequence ratio (docs/method.md §3.2).
 GSPO_EPSILON_LOW, GSPO_EPSILON_HIGH = 3e-4, 4e-4
@@ -67,6 +76,11 @@ _TRL_LOSS_OPTIONS = {
 _NO_UPPER_CLIP = ("sapo", "vespo")
 # Loss types that read epsilon_high as an absolute cap on the ratio (not a range around 1).
 _ABSOLUTE_UPPER_CLIP = ("cispo",)
+#: The most that epsilon_high and epsilon (ε_low) of a clip range around 1 may differ by, as a factor: asymmetric
+#: ranges differ by less (DAPO's clip-higher 0.28 / 0.2 = 1.4, GSPO's 4e-4 / 3e-4 = 1.33); a wider gap is two bounds
+#: on different scales, such as a partial override of a recipe's pair (``--epsilon 0.2`` over ``epsilon_high:
+#: 4e-4`` trains [1 - 0.2, 1 + 4e-4]).
+CLIP_SCALE_FACTOR = 10.0
 
 
 @functools.cache
@@ -82,11 +96,14 @@ def trl_default(name: str) -> Any:
 
 
 def trl_loss_options(config: Any) -> list[str]:
-    """The TRL-loss-only options that ``config`` sets, as ``field=value`` strings."""
+    """The TRL-loss-only options that ``config`` sets, as ``field=value`` strings. A token-level ratio is one only
+    when nothing asks for our loss: with ``loss_type="loo_gspo"`` or a ``policy_loss`` (an option of our loss alone)
+    our loss computes it (the ``token_clip`` policy loss)."""
+    ours = config.loss_type == LOSS_TYPE or config.policy_loss is not None
     return [
         f"{name}={getattr(config, name)!r}"
         for name, is_set in _TRL_LOSS_OPTIONS.items()
-        if is_set(getattr(config, name))
+        if is_set(getattr(config, name)) and not (ours and name == "importance_sampling_level")
     ]
 
 
@@ -160,11 +177,19 @@ def inferred_loss_notice(config: Any) -> str | None:
     options = trl_loss_options(config)
     if config.loss_type is not None or not options:
         return None
-    return (
+    notice = (
         f"{', '.join(options)} is an option of TRL's losses, so loss_type is TRL's default "
         f"{trl_default('loss_type')!r} (TRL computes the loss; our additions still apply). Set loss_type explicitly "
         "to silence this."
     )
+    if "importance_sampling_level='token'" in options:
+        notice += (
+            f" For trl-loo-gspo's own loss with a token-level ratio (clipped per token over the exact global "
+            f"denominator, the variant the chain study measured) set policy_loss='{POLICY_LOSS_BY_LEVEL['token']}' "
+            f"(or loss_type={LOSS_TYPE!r}) instead; for TRL's token-level loss set loss_type="
+            f"{trl_default('loss_type')!r}."
+        )
+    return notice
 
 
 def _unknown(field: str, value: Any, registry: Any, decorator: str, extra: tuple[str, ...] = ()) -> ValueError:
@@ -180,6 +205,28 @@ def _scale_rewards(value: Any) -> str | None:
     return {True: "group", False: "none"}.get(value, value)
 
 
+def _check_clip_scales(config: Any, epsilon_low: float, epsilon_high: float) -> None:
+    """Refuse a clip range around 1 whose bounds differ by more than :data:`CLIP_SCALE_FACTOR`, naming both values
+    and which of them the config set (the other is the default that followed)."""
+    if not (epsilon_low > 0 and epsilon_high > 0):
+        return  # out-of-range values are refused by the config's own checks, with their own message
+    factor = max(epsilon_low, epsilon_high) / min(epsilon_low, epsilon_high)
+    if factor <= CLIP_SCALE_FACTOR:
+        return
+
+    def source(name: str) -> str:
+        return "set" if getattr(config, name) is not None else "the default for this objective"
+
+    raise ValueError(
+        f"epsilon={epsilon_low:g} ({source('epsilon')}) and epsilon_high={epsilon_high:g} ({source('epsilon_high')}) "
+        f"are {factor:.0f}x apart: the clip range would be [1 - {epsilon_low:g}, 1 + {epsilon_high:g}], its two "
+        "bounds on different scales. Asymmetric ranges differ by a small factor (DAPO 0.2 / 0.28, GSPO 3e-4 / 4e-4); "
+        "a gap this wide is usually a partial override, e.g. --epsilon on the command line over a recipe's "
+        "epsilon_high. Set both epsilon and epsilon_high (docs/method.md, 'Choosing ε'), or clip_target_fraction to "
+        f"choose the range from the run (more than {CLIP_SCALE_FACTOR:g}x apart is refused)."
+    )
+
+
 def resolve(config: Any) -> Objective:
     """The :class:`Objective` of ``config`` (see the module docstring). Pure: reads the fields, never writes them;
     refuses contradictions with a ``ValueError`` naming the fields the user set."""
@@ -190,9 +237,6 @@ def resolve(config: Any) -> Objective:
     if loss_type not in (LOSS_TYPE, *TRL_LOSS_TYPES):
         raise ValueError(f"loss_type={loss_type!r} is not one of {(LOSS_TYPE, *TRL_LOSS_TYPES)}.")
     ours = loss_type == LOSS_TYPE
-    if ours and config.loss_type == LOSS_TYPE:
-        # asked for by name, our loss computes the token-level ratio too (the token_clip policy loss)
-        options = [o for o in options if not o.startswith("importance_sampling_level=")]
     if ours and options:
         raise ValueError(
             f"loss_type={LOSS_TYPE!r} contradicts {options[0]}: that is an option of TRL's losses, which "
@@ -202,7 +246,16 @@ def resolve(config: Any) -> Objective:
 
     # Clip range and ratio level: GSPO's scale with our loss, TRL's defaults (and TRL's epsilon_high rule) with TRL's.
     if ours:
-        level = "sequence" if config.importance_sampling_level is None else config.importance_sampling_level
+        level = config.importance_sampling_level
+        implied = LEVEL_BY_POLICY_LOSS.get(config.policy_loss)  # token_clip clips the token ratio, response_clip s_i
+        if level is None:
+            level = implied or "sequence"
+        elif implied is not None and implied != level:
+            raise ValueError(
+                f"policy_loss={config.policy_loss!r} contradicts importance_sampling_level={level!r}: it clips the "
+                f"{implied}-level ratio. Set policy_loss={POLICY_LOSS_BY_LEVEL[level]!r} for the {level}-level ratio, "
+                "or leave importance_sampling_level unset (the policy loss then sets it)."
+            )
         if level not in POLICY_LOSS_BY_LEVEL:
             raise ValueError(f"importance_sampling_level={level!r} is not one of {tuple(POLICY_LOSS_BY_LEVEL)}.")
         # a token ratio is not length-normalised: unset, its clip range is TRL's (0.2), not GSPO's 3e-4 / 4e-4
@@ -219,6 +272,8 @@ def resolve(config: Any) -> Objective:
         epsilon_high = epsilon_low if config.epsilon_high is None else config.epsilon_high
         level = config.importance_sampling_level or trl_default("importance_sampling_level")
     own_loss = ours or (loss_type == "dapo" and level == "sequence" and not options)
+    if loss_type not in (*_NO_UPPER_CLIP, *_ABSOLUTE_UPPER_CLIP):
+        _check_clip_scales(config, epsilon_low, epsilon_high)
 
     # Advantages: ours over group ids, or TRL's (scale_rewards, multi_objective_aggregation). Only values that
     # define advantages differently from ours ('group', 'batch', normalize_then_sum) select TRL's; 'none' is ours.

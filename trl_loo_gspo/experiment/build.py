@@ -411,14 +411,19 @@ def check_reachable(script_args: LooGspoScriptArguments, model_args: ModelConfig
 
 
 def finish(trainer, script_args: LooGspoScriptArguments, training_args: LooGspoConfig) -> None:
-    """After training: save, push (if ``push_to_hub``), and end the accelerator's trackers and process group."""
-    if training_args.push_to_hub:  # push_to_hub saves the model first (one upload, not two)
-        local = os.path.exists(script_args.dataset_name)  # the card links Hub datasets only
-        trainer.push_to_hub(dataset_name=None if local else script_args.dataset_name)
+    """After training: save with the model card, push (if ``push_to_hub``), and end the accelerator's trackers and
+    process group. The card is the documented one (TRL's, with the method, its flags, the validation figures and the
+    registration record appended: ``LooGspoTrainer.create_model_card``), written over the blank template a PEFT
+    adapter's ``save_pretrained`` leaves in the folder."""
+    local = os.path.exists(script_args.dataset_name)  # the card links Hub datasets only
+    dataset_name = None if local else script_args.dataset_name
+    if training_args.push_to_hub:  # push_to_hub saves the model and writes the card first (one upload, not two)
+        trainer.push_to_hub(dataset_name=dataset_name)
         trainer.accelerator.print(f"Saved to {training_args.output_dir} and pushed to the Hub: {trainer.hub_model_id}")
     else:
         trainer.save_model(training_args.output_dir)
-        trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
+        trainer.create_model_card(dataset_name=dataset_name)  # (main process only, as TRL writes it)
+        trainer.accelerator.print(f"Model and card saved to {training_args.output_dir}")
     # Finish the trackers and destroy the process group (all that ``Trainer.end``, transformers >= 5.18, does): a gloo
     # process that exits with the group alive can abort at interpreter exit after a finished run.
     trainer.accelerator.end_training()
