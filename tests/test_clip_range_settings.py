@@ -93,3 +93,21 @@ def test_a_token_level_ratio_alone_is_trls_loss_and_the_notice_names_both_choice
         warnings.simplefilter("always")
         make(policy_loss="token_clip")  # our loss asked for: no notice
     assert not [w for w in caught if issubclass(w.category, LooGspoConfigWarning)]
+
+
+def test_the_readmes_what_to_set_lines_construct_what_they_say():
+    """The one-line configurations of README.md's "What to set" build, and resolve to the objective each names."""
+    import ast
+    import textwrap
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## What to set", 1)[1].split("\n## ", 1)[0]
+    block = textwrap.dedent(section.split("```python\n", 1)[1].split("```", 1)[0])
+    calls = [node for node in ast.walk(ast.parse(block)) if isinstance(node, ast.Call)]
+    built = [make(**{kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}).objective for call in calls]
+    assert [(o.loss_type, o.policy_loss, o.importance_sampling_level) for o in built] == [
+        ("grpo", None, "token"),
+        ("loo_gspo", "token_clip", "token"),
+        ("loo_gspo", "response_clip", "sequence"),
+    ]
