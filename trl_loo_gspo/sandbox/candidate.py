@@ -10,15 +10,19 @@ Requests (judge → candidate), ``target`` being ``["n", name]`` (a name of the 
 ``k``-th object the program handed out) or ``["m", target, attr]`` (an attribute of a target):
 
 * ``["call", target, args, kwargs, write_back]``: each argument ``["v", value]`` (plain data, possibly holding
-  ``["R", target]`` nodes: handles the judge puts back) or ``["r", target]``;
+  ``["R", target]`` nodes: handles the judge puts back, and ``["@", k]`` nodes: the ``k``-th mutable container of
+  the call's arguments met again, so aliases arrive as aliases) or ``["r", target]``; a target ``["hb", k, items]``
+  is iterator handle ``k`` with the items the judge had read ahead put back in front (handle ``k`` from then on);
 * ``["get", target]`` (an attribute's value), ``["len", target]``, ``["iter", target]`` (``iter()`` of a handle);
 * ``["next", target, n]``: up to ``n`` items of an iterator handle.
 
-Answers: ``["ready"]`` or ``["program_error", exception]`` first, then per request ``["ok", value, args_after |
-null]``, ``["iter", k]`` (an iterator that is not plain data, kept here as handle ``k`` and served lazily: it may be
-infinite), ``["obj", k, type name]`` (any other value that is not plain data, kept as handle ``k``), ``["items",
-[value, ...], ended]`` (for ``next``), ``["raise", exception, args | null]`` (the nearest built-in exception class of
-what the request raised, and its arguments when they are plain data) or ``["error", why]``.
+Answers: ``["ready"]`` or ``["program_error", exception]`` first, then per request ``["ok", value, states |
+null]`` (``states``, when the judge asked for a write-back: the contents of each mutable container of the arguments
+after the call, in the judge's numbering, the containers among them as ``["@", k]``), ``["iter", k]`` (an iterator
+that is not plain data, kept here as handle ``k`` and served lazily: it may be infinite), ``["obj", k, type name]``
+(any other value that is not plain data, kept as handle ``k``; the same object always gets the same ``k``),
+``["items", [value, ...], ended]`` (for ``next``), ``["raise", exception, args | null]`` (the nearest built-in
+exception class of what the request raised, and its arguments when they are plain data) or ``["error", why]``.
 """
 
 import os
@@ -32,7 +36,7 @@ def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
     """Run ``program`` (a code object or source) and serve requests until end of file on ``req_r``."""
     encode, decode, unplain = codec
     _type, _BaseException, _getattr, _len, _tuple, _next = type, BaseException, getattr, len, tuple, next
-    _StopIteration, _min, _int = StopIteration, min, int
+    _StopIteration, _min, _int, _id, _enumerate = StopIteration, min, int, id, enumerate
     from itertools import chain as _chain
     from time import monotonic as _clock
 
@@ -67,7 +71,11 @@ def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
         return
     _flush()
     send(resp_w, ["ready"])
-    handles = []
+    handles, numbers, alive = [], {}, []  # handle k's object; id → k; every object ever numbered (ids stay unique)
+
+    def raising(err):
+        raise err
+        yield  # pragma: no cover - a generator that raises ``err`` at its first ``next``
 
     def resolve(target):
         kind = target[0]
@@ -77,16 +85,32 @@ def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
             return ns[target[1]]
         if kind == "h":
             return handles[target[1]]
-        if kind == "hb":  # an iterator the judge read ahead: the items it held, then the rest
-            return _chain([decode(x, resolve) for x in target[2]], handles[target[1]])
+        if kind == "hb":  # an iterator the judge read ahead: the items it held, then the rest; it becomes handle k
+            key, items = target[1], [decode(x, resolve) for x in target[2]]
+            rest = (raising(pending.pop(key)), handles[key]) if key in pending else (handles[key],)
+            handles[key] = _chain(items, *rest)  # the judge no longer holds those items: served once, from here
+            numbers[_id(handles[key])] = key
+            alive.append(handles[key])
+            return handles[key]
         return _getattr(resolve(target[1]), target[2])
 
-    def argument(arg):
-        return resolve(arg[1]) if arg[0] == "r" else decode(arg[1], resolve)
+    def argument(arg, shared):
+        return resolve(arg[1]) if arg[0] == "r" else decode(arg[1], resolve, shared)
 
     def handle(value):
-        handles.append(value)
-        return _len(handles) - 1
+        """The handle of an object sent as one: the same object always gets the same number."""
+        key = numbers.get(_id(value))
+        if key is None:
+            key = numbers[_id(value)] = _len(handles)
+            handles.append(value)
+            alive.append(value)
+        return key
+
+    def states(shared):
+        """The contents of each container of the call's arguments after the call, in the judge's numbering: an
+        argument container held inside another crosses as ``["@", k]`` (the judge writes back into its own)."""
+        numbered = ({_id(c): k for k, c in _enumerate(shared)}, [*shared])
+        return [encode(c, None, numbered, True) for c in shared]
 
     def answer_value(value):
         """``["ok", value]``; an iterator not plain → ``["iter", k]`` (served lazily: it may be infinite); anything
@@ -103,12 +127,13 @@ def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
     def serve(request):
         kind, target = request[0], request[1]
         if kind == "call":
-            args = [argument(a) for a in request[2]]
-            kwargs = {k: argument(v) for k, v in request[3]}
+            shared = []  # the arguments' mutable containers, numbered as the judge numbered them
+            args = [argument(a, shared) for a in request[2]]
+            kwargs = {k: argument(v, shared) for k, v in request[3]}
             function = resolve(target)
             value = function(*args, **kwargs)
             try:
-                after = [encode(a) for a in args] if request[4] else None
+                after = states(shared) if request[4] else None
             except _BaseException:
                 after = None
             answer = answer_value(value)

@@ -6,9 +6,10 @@ uses is a :class:`RemoteRef`: calling one sends the arguments as plain data (:mo
 (:mod:`.candidate`) and returns the program's answer rebuilt as builtin values, so every comparison, hash, sort and
 method call of the test runs here, on values whose behaviour is Python's own. The test's constants stay here: the
 program gets copies as its inputs and can change nothing the judge holds (except, on purpose, the mutable arguments of
-a call made as a statement, ``f(xs)``, which take the values the program left in them: the test asks for the side
-effect). The candidate cannot write to the judge's memory, its report pipe or the result channel (not inherited; the
-judge is not dumpable and ptrace is denied), so the verdict the judge reports is the test's.
+a call made as a statement, ``f(xs)``, which take the values the program left in them — keyword ones and the
+containers nested in them too, each in place, so the test's aliases see the change as in Python: the test asks for
+the side effect). The candidate cannot write to the judge's memory, its report pipe or the result channel (not
+inherited; the judge is not dumpable and ptrace is denied), so the verdict the judge reports is the test's.
 
 Outcomes (the report, one JSON value): ``["pass", calls]``, ``["fail", reason, calls]``, ``["weak", reason, calls]``
 (the test had to hand the program something that is not plain data — a function, an object of its own — so it cannot
@@ -18,7 +19,8 @@ An object the program returns that is not plain data fails the call (``unseriali
 asked for an object: the request's root is a class of the row's reference (``classes`` in the host's test plan; never
 decided by capitalisation) or a handle; then the judge holds a handle whose methods, attributes, ``len``, ``iter``,
 ``[]`` and ``in`` are asked of the candidate (comparison, hashing and truth stay the judge's: identity). An iterator
-the program returns is served lazily (:class:`RemoteIterator`). So ``f(x).startswith("a")`` is ``str.startswith`` on
+the program returns is served lazily (:class:`RemoteIterator`; one per iterator of the program, whose read-ahead
+items go to the program with it when the test hands it back). So ``f(x).startswith("a")`` is ``str.startswith`` on
 the value ``f`` returned, even if ``f`` is a class. A test that passes without a single request into the program
 fails (:data:`NO_CALL`); an argument that is not plain data makes the test weak only before the program answered
 anything (after, it may hold the program's answers: the test fails).
@@ -44,9 +46,10 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
     encode, decode, unplain = codec
     reader = WireReader(resp_r, frame_cap)
     state = {"calls": 0, "disqualified": None, "weak": None}
+    iterators = {}  # handle k → the RemoteIterator of the program's iterator k (one object, one buffer)
     exceptions = _EXCEPTIONS
     classes, members = frozenset(classes), frozenset(members)
-    _type, _len, _int, _min = type, len, int, min
+    _type, _len, _int, _min, _isinstance = type, len, int, min, isinstance
 
     class Disqualified(BaseException):
         """The program's answer cannot count (not plain data, its process ended, it exited): the test fails."""
@@ -73,7 +76,10 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
             target = object.__getattribute__(value, "_target")
             if not buffered:
                 return target
-            return ["hb", target[1], [encode(x, ref_of) for x in buffered]]
+            items = [encode(x, ref_of) for x in buffered]
+            del buffered[:]  # handed over: the candidate serves them from now on, never this buffer a second time
+            object.__setattr__(value, "_ended", False)  # ask again: the program may leave some of them unread
+            return ["hb", target[1], items]
         return None
 
     def member(target, name):
@@ -82,12 +88,12 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
             raise AttributeError(f"{name!r} is not a member of the reference's classes")
         return ["m", target, name]
 
-    def wire_argument(value):
+    def wire_argument(value, shared):
         target = ref_of(value)
         if target is not None:
             return ["r", target]
         try:
-            return ["v", encode(value, ref_of)]
+            return ["v", encode(value, ref_of, shared)]
         except unplain as err:
             if state["calls"] or state["disqualified"]:  # the test's values may hold the program's answers
                 disqualify(f"a value built from the program's answers cannot be sent to it: {err}")
@@ -130,19 +136,21 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
             disqualify("malformed answer")
         return kind, answer
 
-    def value_of(target, kind, answer, args=None, write_back=None):
+    def value_of(target, kind, answer, containers=None, write_back=None):
         """The value an answer carries: plain data, a lazy iterator, or a handle where the dataset asked for one."""
         if kind == "ok" and _len(answer) == 3:
             try:
                 value = decode(answer[1])
             except unplain as err:
                 disqualify(f"unserialisable: {err}")
-            if args is not None and _type(answer[2]) is list and _len(answer[2]) == _len(args):
+            if containers is not None and _type(answer[2]) is list and _len(answer[2]) == _len(containers):
                 if write_back == "always" or value is None:
-                    _write_back(args, answer[2])
+                    _write_back(containers, answer[2])
             return value
         if kind == "iter" and _len(answer) == 2 and _type(answer[1]) is int and answer[1] >= 0:
-            return RemoteIterator(["h", answer[1]])
+            if answer[1] not in iterators:  # the same iterator of the program is the same object here
+                iterators[answer[1]] = RemoteIterator(["h", answer[1]])
+            return iterators[answer[1]]
         if kind == "obj" and _len(answer) == 3 and _type(answer[1]) is int and answer[1] >= 0:
             if _objects_allowed(target, classes):
                 return RemoteRef(["h", answer[1]])
@@ -150,27 +158,34 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
         disqualify("malformed answer")
 
     def call(target, args, kwargs, write_back):
-        request = ["call", target, [wire_argument(a) for a in args]]
-        request += [[[k, wire_argument(v)] for k, v in kwargs.items()], write_back]
+        shared = ({}, [])  # the mutable containers of the arguments (keyword ones too), numbered as first met
+        request = ["call", target, [wire_argument(a, shared) for a in args]]
+        request += [[[k, wire_argument(v, shared)] for k, v in kwargs.items()], write_back]
         kind, answer = ask(request)
-        return value_of(target, kind, answer, args if write_back else None, write_back)
+        return value_of(target, kind, answer, shared[1] if write_back else None, write_back)
 
-    def _write_back(args, after):
-        for original, node in zip(args, after, strict=True):
-            kind = _type(original)
-            if kind not in (list, dict, set):
-                continue
-            try:
-                new = decode(node)
-            except unplain:
-                continue
-            if _type(new) is not kind:
-                continue
-            if kind is list:
+    def _write_back(containers, states):
+        """Each container of the arguments takes, in place, the contents the program left in it (``states``: one
+        per container, in the same numbering; a container inside another is the test's own object), so the test's
+        aliases of a nested list see the change, as in Python. All or nothing: a state that does not decode, or one
+        of another type, writes nothing (for that call, or for that container)."""
+        known = [*containers]
+        try:
+            news = [decode(node, None, known, True) for node in states]
+        except unplain:
+            return
+        for original, new in zip(containers, news, strict=True):
+            kind = _type(new)
+            if _type(original) is not kind or new is original:
+                continue  # the test's own subclass, or not what was sent: left as it was
+            if kind is list or kind is bytearray:
                 original[:] = new
-            else:
+            elif kind is set or _isinstance(original, dict):  # dict, Counter, OrderedDict (order), defaultdict
                 original.clear()
                 original.update(new)
+            else:  # a deque
+                original.clear()
+                original.extend(new)
 
     class RemoteRef:
         """A name of the program, or an object it returned: calls, attributes, ``len``, ``iter``, ``[]`` and ``in``

@@ -3,7 +3,8 @@
 :mod:`.bubblewrap` joins the four files, compiles them once, and runs the code object inside the sandbox with ``python
 -I -S -c <boot> <cfg_fd> <res_fd> <code_fd>``; standard library only. The runner reads its configuration, sets the
 rlimits, drops privileges, makes itself non-dumpable (no process of the same uid can read its memory or its file
-descriptors through ``/proc``; forked processes inherit that), then:
+descriptors through ``/proc``; forked processes inherit that), then — with the allow-listed site packages'
+directory (``/packages``, read-only) appended to ``sys.path`` for the program and the judge:
 
 * mode ``io``: the program runs in this process (nothing untrusted ran here before), compiled from the UTF-8 text
   the host analysed whatever coding cookie it declares, stdin redirected; the host compares stdout;
@@ -36,6 +37,8 @@ def _main():
         cfg = marshal.loads(f.read())  # written by the host (trusted), same interpreter
     nonce, workdir = cfg["nonce"], cfg["workdir"]
     os.chdir(workdir)
+    if cfg.get("packages_dir"):  # the allow-listed site packages (read-only): after the standard library, so none
+        sys.path.append(cfg["packages_dir"])  # of them can stand in for a module this runner imports
 
     def emit(*parts):
         line = " ".join([nonce, *[_str(p).replace("\n", " ")[:300] for p in parts]]) + "\n"

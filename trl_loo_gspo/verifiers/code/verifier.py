@@ -32,9 +32,13 @@ call). The judge never loads the program, the program cannot write to the judge 
 constants stay in the judge (the program gets copies as inputs), so ``unittest.mock.ANY``, lying ``__eq__``, builtin
 subclasses, patched or shadowed builtins, forged reports and overwritten test constants have nothing to act on. Which
 of a test's names are the program's is read from the dataset (the row's ``entry_points`` and ``reference`` columns,
-else inferred from the test; :mod:`.test_plan`): a test reading a name the dataset does not define makes the row
-unscorable (anomaly ``"undefined_name"``), and a test that passes without any call into the program fails. The
-judge's report is read by :mod:`.verdicts`.
+else inferred from the test; :mod:`.test_plan`): a test reading a name the dataset does not define, or a row whose
+declaration cannot be read (``details["declaration_error"]``), makes the row unscorable (anomaly
+``"undefined_name"``), and a test that passes without any call into the program fails. The program's source
+decides a name in one case only: on an undeclared row, a test that reads no name of the program takes the one builtin
+the program defines at its top level (``def pow``) as the program's; a judge's "weak" verdict on such a test is a fail
+(the program chose the name, so it must not turn its answer into ``None``). The reference's other names (an oracle,
+a checker) run in the judge (:mod:`.test_plan`). The judge's report is read by :mod:`.verdicts`.
 
 A test that must hand the program something that is not plain data (a function or class of the test, a lambda, an
 open file) cannot be judged this way: it is *weakly verified* (``details["weak_tests"]``, anomaly ``"weak_test"``),
@@ -80,8 +84,11 @@ a correct function whose passed tests are all base cases it handles explicitly (
 
 from __future__ import annotations
 
+import ast
+import builtins
 import os
 import re
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -90,10 +97,11 @@ from ..base import Verifier, VerifierResult
 from ..text import iter_fences
 from .hacks import encoding_cookie, normalize_output, program_signals
 from .spans import code_spans
-from .test_plan import ProgramNames, plan_test, program_names
+from .test_plan import ProgramNames, plan_for, program_names
 from .verdicts import channel_records, read_verdict
 
 _EXCERPT = 2000
+_BUILTIN_NAMES = frozenset(dir(builtins))
 #: What an answer earns when a test of its row cannot be judged across the process boundary (module docstring).
 WEAK_TEST_POLICIES = ("unscorable", "skip")
 
@@ -155,6 +163,26 @@ def _strip_newlines(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+def _program_builtins(code: str) -> tuple[str, ...]:
+    """The builtin names ``code`` binds in its top-level statements (``def pow``, ``class list``, ``abs = ...``,
+    ``from math import pow``), sorted; ``()`` when it does not parse. Read only for an undeclared row's test that reads
+    no other name of the program (:mod:`.test_plan`)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return ()
+    bound: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                bound.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return tuple(sorted(n for n in bound & _BUILTIN_NAMES if not n.startswith("_")))
+
+
 def _excerpt(data: bytes) -> str:
     text = data.decode("utf-8", "replace")
     return text if len(text) <= _EXCERPT else text[:_EXCERPT] + f"... [{len(text) - _EXCERPT} more chars]"
@@ -179,11 +207,14 @@ class CodeVerifier(Verifier):
         weak_tests: what an answer earns when a test of its row is weakly verified (it must hand the program
             something that is not plain data): ``"unscorable"`` (default; ``None``, anomaly ``"weak_test"``) or
             ``"skip"`` (judged by the row's other checks).
+        packages: site packages (import names) the program may import, mounted read-only in the sandbox; ``None``
+            (default): numpy if installed; ``()``: none; a listed name that is not installed raises ``ValueError``
+            (:mod:`trl_loo_gspo.sandbox.packages`).
     """
 
     name = "code"
     gold_column = "tests"
-    version = "2.0"
+    version = "2.1"
 
     def __init__(
         self,
@@ -196,6 +227,7 @@ class CodeVerifier(Verifier):
         use_bwrap: bool = True,
         emit_spans: bool = False,
         weak_tests: str = "unscorable",
+        packages: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
         if weak_tests not in WEAK_TEST_POLICIES:
@@ -209,7 +241,11 @@ class CodeVerifier(Verifier):
         self.partial_credit = partial_credit
         self.max_workers = max_workers or 2 * (os.cpu_count() or 1)
         self.sandbox = Sandbox(
-            limits, allow_unsandboxed=allow_unsandboxed, use_bwrap=use_bwrap, slots=max(self.max_workers, 1)
+            limits,
+            allow_unsandboxed=allow_unsandboxed,
+            use_bwrap=use_bwrap,
+            slots=max(self.max_workers, 1),
+            packages=packages,
         )
         self._pool: ThreadPoolExecutor | None = None
 
@@ -323,7 +359,11 @@ class CodeVerifier(Verifier):
     def _run_tests(
         self, code: str, tests: list[str], names: ProgramNames
     ) -> tuple[list[dict[str, Any]], dict[str, Any]] | VerifierResult:
-        plans = [plan_test(t, names.entry_points, names.classes, names.members) for t in tests]
+        if names.error is not None:  # the row's declaration cannot be read: never judged by inference instead
+            details = {"declaration_error": names.error}
+            return VerifierResult(None, "unscorable", "undefined_name", details)
+        defined = _program_builtins(code) if names.entry_points is None else ()
+        plans = [plan_for(t, names, defined) for t in tests]
         undefined = {i: p.undefined for i, p in enumerate(plans) if p.undefined}
         if undefined:  # decided from the row alone: no answer of it can be judged (module docstring)
             details = {"undefined_tests": sorted(undefined), "undefined_reasons": undefined}
@@ -348,7 +388,7 @@ class CodeVerifier(Verifier):
         program_error = None
         for i in to_run:
             verdict = verdicts.get(i)
-            if verdict is not None and verdict.weak:
+            if verdict is not None and verdict.weak and not plans[i].claimed:
                 weak[i] = verdict.reason
                 continue
             if verdict is None:
@@ -378,7 +418,7 @@ class CodeVerifier(Verifier):
         report; a judge can still find more at run time (an argument computed by the test that is not plain data,
         before the program answered anything). ``columns``: the row's ``entry_points``/``reference``."""
         names = program_names(columns)
-        plans = [plan_test(str(t), names.entry_points, names.classes, names.members) for t in tests]
+        plans = [plan_for(str(t), names) for t in tests]
         return {i: plan.weak for i, plan in enumerate(plans) if plan.weak}
 
     def _run_io(
