@@ -177,7 +177,7 @@ class WireReader:
         return frame
 
 
-def wire_codec():
+def wire_codec(numpy_scalars=False):
     """``(encode, decode, Unplain)`` over the value format (module docstring), with references to the builtins taken
     now: built by the runner before any untrusted code runs, so a program that patches builtins later changes nothing
     in them (in the candidate it can still corrupt its own process: the judge trusts nothing it sends).
@@ -191,7 +191,15 @@ def wire_codec():
     ``own=True`` the value's own top container is not numbered or looked up (a write-back state: the contents of
     container ``k``). Without ``shared`` a ``"@"`` node is not plain data: answers are trees.
     Whatever one side's decoder accepts the other's encoder re-encodes: the caps (depth, int size, iterator length,
-    namedtuple names and classes) are the same both ways."""
+    namedtuple names and classes) are the same both ways.
+
+    ``numpy_scalars`` (the candidate's codec only: :func:`.candidate.run_candidate`): a numpy scalar (``np.int64``,
+    ``np.float32``, ``np.bool_``, ...) is encoded as the Python number it holds — only when ``numpy`` is already in
+    ``sys.modules``, the value's type says ``__module__ == "numpy"`` and subclasses ``numpy.generic``, and
+    ``numpy.generic.item`` (numpy's own, whatever a subclass overrides, as a builtin subclass is read with the
+    builtin's methods) returns exactly an int, float, bool or complex; anything else (an ndarray, a ``datetime64``,
+    an object that only claims to be numpy's) stays not plain. The judge's codec never converts, and nothing here
+    imports numpy."""
     _type, _repr_i, _repr_f, _hex, _fromhex, _items, _len = (
         type,
         int.__format__,
@@ -405,7 +413,23 @@ def wire_codec():
             if alias is not None:
                 return alias
             return ["d", pairs(v, ref, depth, shared)]
+        if numpy_scalars and _type(_getattr(t, "__module__", None)) is _str and t.__module__ == "numpy":
+            number = numpy_number(v, t)
+            if number is not None:
+                return encode(number, None, depth + 1)
         raise Unplain(t.__name__)
+
+    def numpy_number(v, t):
+        """The Python number a numpy scalar ``v`` of type ``t`` holds, or None: ``numpy.generic`` is looked up in
+        the modules already imported (a value of numpy's can only exist if numpy is), never imported here."""
+        generic = _getattr(_modules.get("numpy"), "generic", None)
+        if not _isinstance(generic, type) or not _issubclass(t, generic):
+            return None
+        try:
+            number = generic.item(v)  # numpy's own method, whatever the program's subclass overrides
+        except Exception:
+            return None
+        return number if _type(number) in (_int, _float, bool, _complex) else None
 
     def pairs_of(items, resolve, depth, shared):
         out = []
