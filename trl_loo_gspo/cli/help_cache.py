@@ -6,6 +6,9 @@ and the Python, TRL and transformers versions. A stale or missing file is never 
 (once: with other library versions than the shipped copy's, the first call takes ~5 s) and stored in the user cache
 (``$TRL_LOO_GSPO_CACHE`` or ``~/.cache/trl_loo_gspo``) for the next call.
 
+The stored file also lists every flag the parser accepts (its second line), so that ``train`` names an unknown flag
+before TRL is imported (:func:`trl_loo_gspo.cli.flags.train_precheck`).
+
 Regenerate the shipped file after changing a flag's help: ``python -m trl_loo_gspo.cli.help_cache``
 (``tests/test_cli_errors.py`` checks that it is current).
 """
@@ -32,6 +35,7 @@ SOURCES = (
     "experiment/parser.py",
 )
 _HEADER = "# trl-loo-gspo train --help, key "
+_FLAGS = "# flags: "
 
 
 def sources_key() -> str:
@@ -77,12 +81,23 @@ def _user_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "trl_loo_gspo" / "train-help.txt"
 
 
-def _read(path: Path, key: str) -> str | None:
+def _read_parts(path: Path, key: str) -> tuple[str | None, list[str] | None]:
+    """The help text and the flag list stored at ``path`` under ``key`` (None for what is missing or stale)."""
     try:
         header, _, text = path.read_text().partition("\n")
     except OSError:
-        return None
-    return text if header == _HEADER + key else None
+        return None, None
+    if header != _HEADER + key:
+        return None, None
+    flags = None
+    if text.startswith(_FLAGS):
+        line, _, text = text.partition("\n")
+        flags = line[len(_FLAGS) :].split()
+    return text, flags
+
+
+def _read(path: Path, key: str) -> str | None:
+    return _read_parts(path, key)[0]
 
 
 def cached_help() -> str | None:
@@ -91,20 +106,39 @@ def cached_help() -> str | None:
     return _read(SHIPPED, key) or _read(_user_cache(), key)
 
 
+def cached_flags() -> list[str] | None:
+    """Every flag of ``train`` (both spellings) if a stored copy matches the installed code and libraries, else
+    None (nothing is imported: ~10 ms)."""
+    key = help_key()
+    return _read_parts(SHIPPED, key)[1] or _read_parts(_user_cache(), key)[1]
+
+
+def parser_flags(parser) -> list[str]:
+    """The long option strings of ``parser`` (``--config`` and ``--help-all`` are read before it parses)."""
+    return sorted({o for a in parser._actions for o in a.option_strings if o.startswith("--")})
+
+
 def live_help() -> str:
     """Build the parser (imports TRL) and format its help."""
+    return _live()[0]
+
+
+def _live() -> tuple[str, list[str]]:
     from ..experiment.build import make_parser
 
-    return make_parser().format_help()
+    parser = make_parser()
+    return parser.format_help(), parser_flags(parser)
 
 
-def store(text: str, path: Path | None = None) -> None:
-    """Store ``text`` under the current key (the user cache by default); a cache that cannot be written is skipped."""
+def store(text: str, path: Path | None = None, flags: list[str] | None = None) -> None:
+    """Store ``text`` (and ``flags``) under the current key (the user cache by default); a cache that cannot be
+    written is skipped."""
     path = path or _user_cache()
+    listed = f"{_FLAGS}{' '.join(flags)}\n" if flags else ""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-        partial.write_text(f"{_HEADER}{help_key()}\n{text}")
+        partial.write_text(f"{_HEADER}{help_key()}\n{listed}{text}")
         os.replace(partial, path)
     except OSError:
         pass
@@ -114,11 +148,12 @@ def train_help() -> str:
     """The help text of ``trl-loo-gspo train``: stored, else built live (and stored for the next call)."""
     text = cached_help()
     if text is None:
-        text = live_help()
-        store(text)
+        text, flags = _live()
+        store(text, flags=flags)
     return text
 
 
 if __name__ == "__main__":  # regenerate the shipped copy
-    store(live_help(), SHIPPED)
+    text, flags = _live()
+    store(text, SHIPPED, flags)
     print(f"wrote {SHIPPED}")

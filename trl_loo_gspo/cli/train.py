@@ -20,7 +20,7 @@ PROG = "trl-loo-gspo train"
 
 
 def _wants_help(argv: list[str]) -> bool:
-    return any(a in ("-h", "--help") for a in argv) and "--help-all" not in argv
+    return any(a in ("-h", "--help") for a in argv) and not {"--help-all", "--help_all"} & set(argv)
 
 
 def main(argv: list[str] | None = None, debug: bool | None = None) -> int:

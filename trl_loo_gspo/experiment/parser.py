@@ -56,7 +56,8 @@ examples:
   --FLAG None           unset a value the recipe sets: the field's default, as if the recipe had no such line
                         (also null or ""); --loss_type X drops the recipe's fields written for its own loss
   --help-all            the full description of every flag, TRL's and transformers' included
-  --debug               show the traceback of an error (otherwise one `error:` line and exit status 2)"""
+  --debug               show the traceback of an error (otherwise one `error:` line and exit status 2)
+  --flag-name VALUE     every flag also takes dashes: --learning-rate is --learning_rate (as in every command)"""
 
 EPILOG = "The method behind the flags: docs/method.md; every flag of LooGspoConfig: docs/configuration.md."
 
@@ -99,6 +100,30 @@ def _accepts_none(cls) -> dict[str, bool]:
     return out
 
 
+class OneSpellingFormatter(argparse.RawDescriptionHelpFormatter):
+    """The help with each flag in its underscore spelling only (``HfArgumentParser`` adds the dash spelling of every
+    flag as a second option string: accepted, not listed)."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        shown = [
+            o
+            for o in action.option_strings
+            if not (o.startswith("--") and "-" in o[2:] and _underscored(o) in action.option_strings)
+        ]
+        if len(shown) == len(action.option_strings):
+            return super()._format_action_invocation(action)
+        original = action.option_strings
+        action.option_strings = shown
+        try:
+            return super()._format_action_invocation(action)
+        finally:
+            action.option_strings = original
+
+
+def _underscored(option: str) -> str:
+    return "--" + option[2:].replace("-", "_")
+
+
 def nearest(name: str, known: list[str]) -> str | None:
     """The known name closest to ``name`` (a typo's likely intent), or None when nothing is close."""
     match = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
@@ -111,7 +136,7 @@ class TrainParser(TrlParser):
     def __init__(self, script_cls, config_cls, prog: str = "trl-loo-gspo train") -> None:
         super().__init__((script_cls, config_cls, ModelConfig), prog=prog, usage=USAGE)
         self.description, self.epilog = DESCRIPTION, EPILOG
-        self.formatter_class = functools.partial(argparse.RawDescriptionHelpFormatter, width=HELP_WIDTH)
+        self.formatter_class = functools.partial(OneSpellingFormatter, width=HELP_WIDTH)
         accepts_none: dict[str, bool] = {}
         for cls in (script_cls, config_cls, ModelConfig):
             accepts_none.update(_accepts_none(cls))
@@ -165,7 +190,7 @@ class TrainParser(TrlParser):
         return argparse.ArgumentParser.format_help(self)
 
     def parse_args_and_config(self, args=None, **kwargs):
-        args = list(sys.argv[1:] if args is None else args)
+        args = ["--help-all" if a == "--help_all" else a for a in (sys.argv[1:] if args is None else args)]
         if "--help-all" in args:
             self._print_message(self.format_help_all(), sys.stdout)
             self.exit(0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import warnings
 from pathlib import Path
 
@@ -54,31 +55,61 @@ CSV_COLUMNS = (
 )
 
 
+#: Every file :func:`write_outputs` can write, in the order it writes them, and when it does (always when empty): the
+#: runner names them from here before the report phase and names those written after it.
+REPORT_FILES = {
+    "results.csv": "",
+    "process_metrics.csv": "if a run used process feedback",
+    "report.md": "",
+    "compute_curves.png": "if curves can be fitted",
+    "pass_rate_vs_tokens.png": "",
+}
+
+
+def announced_files() -> list[str]:
+    """:data:`REPORT_FILES` as the report phase announces them: ``compute_curves.png if curves can be fitted``."""
+    return [name + (f" {when}" if when else "") for name, when in REPORT_FILES.items()]
+
+
 def write_outputs(
     plan: AblationPlan,
     records: list[dict],
     sweep_records: list[dict] | None = None,
     common_records: list[dict] | None = None,
-) -> None:
+) -> list[Path]:
     """Write ``results.csv``, ``process_metrics.csv`` (runs with process feedback), ``report.md`` (with the sweep's
     account when there was one, and the runs at the common rate), ``pass_rate_vs_tokens.png`` and, where curves
-    can be fitted, ``compute_curves.png``."""
-    out = Path(plan.output_dir)
+    can be fitted, ``compute_curves.png`` (:data:`REPORT_FILES`); return the paths written, in that order."""
+    results, process, markdown, curves, plot_path = (Path(plan.output_dir) / name for name in REPORT_FILES)
+    out = results.parent
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "results.csv", "w", newline="") as f:
+    written = []
+    with open(results, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(records)
+    written.append(results)
     logged = [(r["name"], r["seed"], e) for r in records for e in r.get("process_log") or []]
     if logged:
-        with open(out / "process_metrics.csv", "w", newline="") as f:
+        with open(process, "w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(["name", "seed", "step", *PROCESS_KEYS])
             for name, seed, entry in logged:
                 writer.writerow([name, seed, entry.get("step"), *(entry.get(k, "") for k in PROCESS_KEYS)])
-    text = report(plan, records, sweep_records or [], common_records, figure=out / "compute_curves.png")
-    (out / "report.md").write_text(text)
-    plot(records, out / "pass_rate_vs_tokens.png")
+        written.append(process)
+    figure = curves.with_name(f".{curves.stem}.{os.getpid()}.png")  # written only where curves can be fitted
+    try:
+        text = report(plan, records, sweep_records or [], common_records, figure=figure)
+        markdown.write_text(text)
+        written.append(markdown)
+        if figure.exists():
+            figure.replace(curves)
+            written.append(curves)
+    finally:
+        figure.unlink(missing_ok=True)
+    plot(records, plot_path)
+    written.append(plot_path)
+    return written
 
 
 def _by_name(records: list[dict]) -> dict[str, dict[int, dict]]:

@@ -6,7 +6,6 @@ so a killed ablation continues where it stopped); then write the report from the
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import math
 import os
@@ -14,8 +13,9 @@ import time
 from pathlib import Path
 
 from .plan import AblationPlan, demo_args, demo_task, recipe_args, run_path
+from .progress import AblationProgress
 from .provenance import StaleRecordsError, run_provenance, stale_reason
-from .report import CSV_COLUMNS, PROCESS_KEYS, plot, report, write_outputs  # noqa: F401  (report, plot: public)
+from .report import CSV_COLUMNS, PROCESS_KEYS, announced_files, plot, report, write_outputs  # noqa: F401
 from .stats import curve_area
 from .sweep import choose, eval_every, sweep_budget, sweep_runs, with_learning_rates
 
@@ -101,8 +101,10 @@ def _train_to_budget(budget, trainer, validation_cb, verifier, name, overrides, 
     from transformers.trainer_callback import PrinterCallback
 
     from ...trainer.budget import RolloutTokenBudget
+    from ...trainer.reporting import SummaryTable
 
     trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(SummaryTable)  # (its figures are in the record; the display prints one line per run)
     # the plan's budget joins the trainer's run plan (trainer.run_plan), which the sampling rounds and the steps read
     trainer.add_callback(RolloutTokenBudget(budget, progress))
     start = time.perf_counter()
@@ -171,7 +173,9 @@ def clip_record(trainer) -> dict:
     }
 
 
-def run_ablation(plan: AblationPlan, runner=run_one, reuse_stale: bool = False) -> list[dict] | None:
+def run_ablation(
+    plan: AblationPlan, runner=run_one, reuse_stale: bool = False, progress: AblationProgress | None = None
+) -> list[dict] | None:
     """Run every missing (variant, seed), then write the CSV, the report and the plot; return the records.
 
     With a ``sweep`` (:mod:`.sweep`), the sweep's runs come first (scored on the tuning split), and each variant's
@@ -181,9 +185,15 @@ def run_ablation(plan: AblationPlan, runner=run_one, reuse_stale: bool = False) 
     Several processes may run the same plan at once (e.g. one per core): each claims a run before training it
     (:mod:`.claims`, a file lock) and skips runs another live process holds; a process that runs out of sweep runs
     waits for the others' to finish (the choice needs them all); the process that finds every run finished writes
-    the outputs, the others return ``None``.
+    the outputs, the others return ``None``. ``progress``: what is printed meanwhile (default: on stdout, one
+    display per terminal, one line per run in a log file: :mod:`.progress`).
     """
     plan.check_configs()  # every run's config, before the first one trains
+    with progress if progress is not None else AblationProgress() as display:
+        return _run_phases(plan, runner, reuse_stale, display)
+
+
+def _run_phases(plan: AblationPlan, runner, reuse_stale: bool, display: AblationProgress) -> list[dict] | None:
     sweep_records: list[dict] = []
     runs = plan.runs()
     if plan.sweep:
@@ -194,7 +204,9 @@ def run_ablation(plan: AblationPlan, runner=run_one, reuse_stale: bool = False) 
         ]
         if not reuse_stale:
             _refuse_stale(plan, [(name, seed, path, prov) for name, _, _, seed, path, prov in jobs])
-        while not _execute(plan, jobs, runner, "tuning"):
+        display.phase("tuning", _labelled(jobs), sweep_budget(plan))
+        while not _execute(plan, jobs, runner, "tuning", display):
+            display.waiting(sum(not job[4].exists() for job in jobs))
             time.sleep(10)  # another process is training the last sweep runs
         sweep_records = [json.loads(job[4].read_text()) for job in jobs]
         chosen = choose(plan, sweep_records)
@@ -210,16 +222,32 @@ def run_ablation(plan: AblationPlan, runner=run_one, reuse_stale: bool = False) 
     if common_jobs and not reuse_stale:
         _refuse_stale(plan, [(name, seed, path, prov) for name, _, _, seed, path, prov, _ in common_jobs])
     # the common-rate runs need only the sweep: a worker goes on to them while others finish the study's last runs
-    _execute(plan, jobs, runner, split)
+    display.phase(split, _labelled(jobs), plan.rollout_tokens)
+    _execute(plan, jobs, runner, split, display)
     if common_jobs:
-        _execute(plan, common_jobs, runner, split)
+        display.phase(split, _labelled(common_jobs), plan.rollout_tokens, common=True)
+        _execute(plan, common_jobs, runner, split, display)
     # asked after both phases: a study run another worker held when this one left the study may be finished now
-    if not all(job[4].exists() for job in [*jobs, *common_jobs]):
+    left = sum(not job[4].exists() for job in [*jobs, *common_jobs])
+    if left:
+        display.left_to_others(left)
         return None  # still being trained by another process: the one that finishes last writes the outputs
     records = [json.loads(job[4].read_text()) for job in jobs]
     common_records = [json.loads(job[4].read_text()) for job in common_jobs] if plan.common_rate is not None else None
-    write_outputs(plan, records, sweep_records, common_records)
+    out = Path(plan.output_dir)
+    started = display.report_phase(out, announced_files())
+    display.wrote(out, write_outputs(plan, records, sweep_records, common_records), started)
     return records
+
+
+def _label(name: str, overrides: dict, seed: int) -> str:
+    rate = overrides.get("learning_rate")
+    return f"{name} seed {seed}" + (f" lr {rate:g}" if rate is not None else "")
+
+
+def _labelled(jobs: list) -> list[tuple[str, Path]]:
+    """(label, record path) of each job, for the display."""
+    return [(_label(name, overrides, seed), path) for name, overrides, _, seed, path, *_ in jobs]
 
 
 def common_rate_jobs(plan: AblationPlan, chosen: dict[str, float]) -> list[tuple]:
@@ -244,45 +272,41 @@ def common_rate_jobs(plan: AblationPlan, chosen: dict[str, float]) -> list[tuple
     return jobs
 
 
-def _execute(plan: AblationPlan, jobs: list, runner, split: str) -> bool:
+def _execute(plan: AblationPlan, jobs: list, runner, split: str, display: AblationProgress | None = None) -> bool:
     """Train every job (name, overrides, is_baseline, seed, record path, provenance[, evaluation spacing]) that has
     no record and that no other process holds; return whether every job has its record now."""
-    from rich.progress import BarColumn, Progress, TextColumn
-
     from .claims import claim
 
+    display = display if display is not None else AblationProgress(lock_path=None)
     budget = sweep_budget(plan) if split == "tuning" else plan.rollout_tokens
     kwargs = {"split": split} if split == "tuning" else {}  # (runners written for plans without a sweep)
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f}/{task.total:,.0f}")
-    ) as progress:
-        overall = progress.add_task("sweep runs" if split == "tuning" else "runs", total=len(jobs))
-        for name, overrides, is_baseline, seed, path, provenance, *spacing in jobs:
-            lock = None if path.exists() else claim(path)
-            if lock is None:  # finished earlier, or another process is training it
-                progress.advance(overall)
+    for name, overrides, is_baseline, seed, path, provenance, *spacing in jobs:
+        lock = None if path.exists() else claim(path)
+        if lock is None:  # finished earlier, or another process is training it
+            continue
+        try:
+            if path.exists():  # finished by another process between the check and the claim
                 continue
+            label = _label(name, overrides, seed)
+            report_tokens = display.start(label, budget)
+            every = spacing[0] if spacing else None
+            extra = {} if every is None else {"eval_every_tokens": every}
+            if spacing and path != run_path(plan, name, seed):  # a common-rate run: not the study run's folder
+                extra["output_dir"] = str(path.with_suffix(""))
             try:
-                if path.exists():  # finished by another process between the check and the claim
-                    continue
-                rate = overrides.get("learning_rate")
-                label = f"{name} seed {seed}" + (f" lr {rate:g}" if rate is not None else "")
-                current = progress.add_task(f"{label}: rollout tokens", total=budget)
-                report_tokens = functools.partial(_update, progress, current)
-                every = spacing[0] if spacing else None
-                extra = {} if every is None else {"eval_every_tokens": every}
-                if spacing and path != run_path(plan, name, seed):  # a common-rate run: not the study run's folder
-                    extra["output_dir"] = str(path.with_suffix(""))
-                record = runner(plan, name, overrides, is_baseline, seed, report_tokens, **kwargs, **extra)
-                record["provenance"] = provenance
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".tmp{os.getpid()}")
-                tmp.write_text(json.dumps(record, indent=2, default=str))
-                tmp.replace(path)  # atomic: a killed run leaves no half-written record
-                progress.remove_task(current)
-            finally:
-                lock.release()
-            progress.advance(overall)
+                with display.training():
+                    record = runner(plan, name, overrides, is_baseline, seed, report_tokens, **kwargs, **extra)
+            except BaseException:
+                display.stopped()
+                raise
+            record["provenance"] = provenance
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(record, indent=2, default=str))
+            tmp.replace(path)  # atomic: a killed run leaves no half-written record
+            display.finish(label, path, record)
+        finally:
+            lock.release()
     return all(job[4].exists() for job in jobs)
 
 
@@ -307,7 +331,3 @@ def _refuse_stale(plan: AblationPlan, records: list[tuple[str, int, Path, dict]]
             f" reused:\n{listed}\nTrain them afresh in another directory (--output-dir) or delete them; to reuse"
             " them on purpose, pass --reuse-stale (their provenance stays in each record)."
         )
-
-
-def _update(progress, task_id, tokens: int) -> None:
-    progress.update(task_id, completed=tokens)
