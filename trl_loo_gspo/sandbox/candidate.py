@@ -14,7 +14,10 @@ Requests (judge → candidate), ``target`` being ``["n", name]`` (a name of the 
   the call's arguments met again, so aliases arrive as aliases) or ``["r", target]``; a target ``["hb", k, items]``
   is iterator handle ``k`` with the items the judge had read ahead put back in front (handle ``k`` from then on);
 * ``["get", target]`` (an attribute's value), ``["len", target]``, ``["iter", target]`` (``iter()`` of a handle);
-* ``["next", target, n]``: up to ``n`` items of an iterator handle.
+* ``["next", target, n]``: up to ``n`` items of an iterator handle;
+* ``["seed", a, version]``: ``random.seed(a, version)`` in this process (the test seeded its own ``random``);
+* ``["capture", [stdout?, stderr?], request]``: ``request``, with what the program prints to those streams during
+  it captured (:class:`_Capture`) and sent first as ``["printed", text | null, text | null]``.
 
 Answers: ``["ready"]`` or ``["program_error", exception]`` first, then per request ``["ok", value, states |
 null]`` (``states``, when the judge asked for a write-back: the contents of each mutable container of the arguments
@@ -41,7 +44,7 @@ def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
     and the judge decodes it strictly as always."""
     encode, decode, unplain = wire_codec(numpy_scalars=True)  # in place of the runner's ``codec``
     _type, _BaseException, _getattr, _len, _tuple, _next = type, BaseException, getattr, len, tuple, next
-    _StopIteration, _min, _int, _id, _enumerate = StopIteration, min, int, id, enumerate
+    _StopIteration, _min, _int, _id, _enumerate, _max = StopIteration, min, int, id, enumerate, max
     from itertools import chain as _chain
     from time import monotonic as _clock
 
@@ -171,6 +174,14 @@ def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
             return ["items", items, False]
         raise ValueError("unknown request")
 
+    def seed(request):
+        """``["seed", a, version]``: the test seeded its ``random``; the program's is seeded the same (issue #45)."""
+        import random
+
+        random.seed(decode(request[1]), _int(request[2]))
+        return ["ok", None, None]
+
+    capture_cap = _max(frame_cap // 8, 1)  # characters: escaped, each takes at most 6 bytes of the answer's frame
     while True:
         try:
             frame = reader.read()
@@ -178,15 +189,79 @@ def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
             return
         if frame is None:
             return
+        streams = None
         try:
             request = parse(frame)
-            answer = serve(request)
+            if request[0] == "capture":  # ["capture", [stdout?, stderr?], request]: the test redirected its streams
+                streams = _Capture.install(request[1], capture_cap)
+                request = request[2]
+            answer = seed(request) if request[0] == "seed" else serve(request)
         except unplain as err:
             answer = ["error", f"unserialisable: {err}"]
         except _BaseException as err:
             answer = ["raise", exception_name(err), exception_args(err)]
+        if streams is not None:
+            send(resp_w, ["printed", *_Capture.restore(streams)])
         _flush()
         send(resp_w, answer)
+
+
+class _Capture:
+    """What the program prints during one request, for a test that redirected its own ``sys.stdout``/``sys.stderr``
+    (``contextlib.redirect_stdout``, ``sys.stdout = io.StringIO()``): sent to the judge, which writes it to the test's
+    stream, so the test reads the program's output as in one process (issue #45). At most ``cap`` characters are
+    kept per stream; what the program writes past them is dropped (the test sees the start). Only text written through
+    ``sys.stdout``/``sys.stderr`` (``print``) is captured, as ``redirect_stdout`` does: not writes to descriptor 1."""
+
+    __slots__ = ("parts", "size", "cap")
+    encoding, errors, newlines = "utf-8", "strict", None
+
+    def __init__(self, cap):
+        self.parts, self.size, self.cap = [], 0, cap
+
+    def write(self, text):
+        if type(text) is not str:
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        room = self.cap - self.size
+        if room > 0:
+            self.parts.append(text[:room])
+            self.size += min(len(text), room)
+        return len(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+    def writable(self):
+        return True
+
+    def getvalue(self):
+        return "".join(self.parts)
+
+    @staticmethod
+    def install(which, cap):
+        """Replace the streams ``which`` (``[stdout?, stderr?]``) by captures; returns what :meth:`restore` needs."""
+        saved = (sys.stdout, sys.stderr)
+        out = _Capture(cap) if type(which) is list and which[:1] == [True] else None
+        err = _Capture(cap) if type(which) is list and which[1:2] == [True] else None
+        if out is not None:
+            sys.stdout = out
+        if err is not None:
+            sys.stderr = err
+        return saved, out, err
+
+    @staticmethod
+    def restore(streams):
+        """Put the program's streams back; the text each capture holds (``None`` where that stream was not asked)."""
+        (stdout, stderr), out, err = streams
+        sys.stdout, sys.stderr = stdout, stderr
+        return [None if out is None else out.getvalue(), None if err is None else err.getvalue()]
 
 
 def _flush():

@@ -24,11 +24,18 @@ items go to the program with it when the test hands it back). So ``f(x).startswi
 the value ``f`` returned, even if ``f`` is a class. A test that passes without a single request into the program
 fails (:data:`NO_CALL`); an argument that is not plain data makes the test weak only before the program answered
 anything (after, it may hold the program's answers: the test fails).
+
+What a one-process test does to the program is carried across (issue #45): while the test has replaced
+``sys.stdout``/``sys.stderr`` (``redirect_stdout``), each request asks the candidate to capture what the program
+prints during it, and that text is written to the test's stream before the answer is read; ``random.seed`` in the
+test seeds the program's ``random`` too; ``unittest.main()`` runs the test's own ``TestCase`` classes, and cases the
+test defines but never runs (``TestCase`` classes, ``def test_f():``) are run after it when it made no call.
 Standard library only.
 """
 
 import builtins
 import os
+import sys
 
 if __name__ != "__main__":  # imported on the host (tests); in the sandbox these files are one text
     from .wire import WireReader, wire_json, wire_send
@@ -111,16 +118,33 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
         except ValueError as err:
             disqualify(str(err))
 
+    def exchange(request):
+        """Send one request and read its answer; while the test has redirected ``sys.stdout``/``sys.stderr``, what
+        the program prints meanwhile is written to the test's stream first (the candidate's ``_Capture``)."""
+        redirected = [sys.stdout is not streams[0], sys.stderr is not streams[1]]
+        if redirected[0] or redirected[1]:
+            request = ["capture", redirected, request]
+        try:
+            wire_send(req_w, request)
+        except OSError:
+            disqualify("the program's process ended")
+        if redirected[0] or redirected[1]:
+            printed = receive()
+            if _type(printed) is not list or _len(printed) != 3 or printed[0] != "printed":
+                disqualify("malformed answer")
+            for text, stream, asked in zip(printed[1:], (sys.stdout, sys.stderr), redirected, strict=True):
+                if asked and _type(text) is str:
+                    stream.write(text)
+                elif text is not None:
+                    disqualify("malformed answer")
+        return receive()
+
     def ask(request):
         """Send one request and read its answer (counted: the test evaluated the program's output)."""
         if state["disqualified"]:
             raise Disqualified(state["disqualified"])
         state["calls"] += 1  # counted when sent: a request the program never answered still reached it
-        try:
-            wire_send(req_w, request)
-        except OSError:
-            disqualify("the program's process ended")
-        answer = receive()
+        answer = exchange(request)
         kind = answer[0] if _type(answer) is list and answer and _type(answer[0]) is str else None
         if kind == "raise" and _len(answer) == 3 and _type(answer[1]) is str:
             if answer[1] not in exceptions:
@@ -297,8 +321,33 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
     if hello != ["ready"]:
         report(["fail", "malformed answer", 0])
         return
+
+    def seed_program(a=None, version=2):
+        """``random.seed`` in the test seeds the program's ``random`` too (issue #45): a test that seeds and then
+        reads the program's draws sees what one process would give (not counted as a call; a seed that is not plain
+        data seeds the judge only)."""
+        judge_seed(a, version)
+        if state["disqualified"]:
+            return
+        try:
+            request = ["seed", encode(a), version]
+        except unplain:
+            return
+        answer = exchange(request)
+        if answer != ["ok", None, None]:
+            disqualify("malformed answer")
+
+    streams = (sys.stdout, sys.stderr)  # the judge's own: a test that replaces one asks for the program's output
+    if "random" in source:  # a test that never names the module cannot seed it: no import, no patch
+        import random
+
+        judge_seed, random.seed = random.seed, seed_program
     ns = {"__name__": "__main__", "__builtins__": builtins}
     ns.update(__loo_statement_call__=statement_call, __loo_mutating_call__=mutating_call)
+    if "unittest" in source:  # the test's ``unittest.main()`` runs the test's own cases, never the runner's module
+        import unittest
+
+        unittest.main = lambda *args, **kwargs: _run_test_cases(ns, unittest)
     for name in modules:
         try:
             ns[name] = __import__(name)
@@ -308,6 +357,8 @@ def run_judge(index, tests_fd, req_w, resp_r, report, codec, parse, frame_cap):
         ns[name] = RemoteRef(["n", name])
     try:
         exec(code, ns)
+        if not state["calls"]:  # cases the test defines and never ran (``class T(TestCase)``, ``def test_f()``)
+            _run_defined_tests(ns, code)
         outcome = ["pass"]
     except Weak as err:
         outcome = ["weak", str(err)]
@@ -337,6 +388,44 @@ _EXCEPTIONS = {
     for n, c in vars(builtins).items()
     if isinstance(c, type) and issubclass(c, Exception) and not issubclass(c, (StopIteration, StopAsyncIteration))
 }
+
+
+def _run_test_cases(ns, unittest):
+    """``unittest.main()`` as the test means it: the ``TestCase`` classes of the test's own namespace, run here (its
+    arguments, ``argv``, ``exit``, are the runner's to ignore); a failure, an error or no test at all fails the test.
+    Returns on success (``exit=False``'s behaviour) instead of raising ``SystemExit(0)``."""
+    suite = unittest.TestSuite()
+    loader = unittest.TestLoader()
+    for value in list(ns.values()):
+        if isinstance(value, type) and issubclass(value, unittest.TestCase) and value.__module__ == "__main__":
+            suite.addTests(loader.loadTestsFromTestCase(value))
+    result = unittest.TextTestRunner(stream=sys.stderr, verbosity=0).run(suite)
+    if not result.testsRun:
+        raise AssertionError("unittest.main(): the test defines no test case")
+    if not result.wasSuccessful():
+        raise AssertionError(f"unittest: {len(result.failures)} failures, {len(result.errors)} errors")
+
+
+def _run_defined_tests(ns, code):
+    """A test that defines cases and never runs them, as pytest or unittest would find them: its own functions named
+    ``test*`` that take no argument, called in order, then its ``TestCase`` classes (:func:`_run_test_cases`). Only
+    after a test made no call into the program (a test that ran its cases already is not run twice)."""
+    functions = [
+        value
+        for name, value in list(ns.items())
+        if name.startswith("test")
+        and type(value) is type(_run_defined_tests)
+        and value.__code__.co_filename == code.co_filename
+        and not value.__code__.co_argcount
+        and not value.__code__.co_kwonlyargcount
+    ]
+    for function in functions:
+        function()
+    unittest = sys.modules.get("unittest")
+    if unittest is not None and any(
+        isinstance(v, type) and issubclass(v, unittest.TestCase) and v.__module__ == "__main__" for v in ns.values()
+    ):
+        _run_test_cases(ns, unittest)
 
 
 def _read_test(fd, index):

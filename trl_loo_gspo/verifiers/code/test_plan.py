@@ -588,8 +588,9 @@ class _WriteBackCalls(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.expr:  # noqa: N802 - ast.NodeTransformer's naming
         self.generic_visit(node)
+        arguments = [*node.args, *(k.value for k in node.keywords)]  # keyword ones too (``f(xs=lst)``)
         if _is_program_call(node.func, self.program) and any(
-            isinstance(a, ast.Name) and a.id in self._once for a in node.args
+            isinstance(a, ast.Name) and a.id in self._once for a in arguments
         ):
             return self._wrap(node, MUTATING_CALL)
         return node

@@ -214,7 +214,7 @@ class CodeVerifier(Verifier):
 
     name = "code"
     gold_column = "tests"
-    version = "2.1"
+    version = "2.2"
 
     def __init__(
         self,
