@@ -125,3 +125,18 @@ def test_help_names_every_flag_and_help_all_describes_them(capsys):
                 assert re.search(rf"--{f.name}\b", full), f"--{f.name} missing from --help-all"
     # our method flags are described in full in the short help, TRL's are listed by name
     assert "leave-one-out" in short and "Whether to use bf16" not in short and "Whether to use bf16" in full
+
+
+@no_bf16_here
+def test_readme_offline_drop_in_trains_on_the_local_setup(tmp_path, monkeypatch):
+    from trl_loo_gspo.demo.local import local_setup
+
+    text = README.read_text()
+    start = text.index("```python", text.index("Offline, on a CPU, the same lines run")) + len("```python")
+    block = text[start : text.index("```", start)]
+    assert "/tmp/try" in block and "trl-loo-gspo local-setup /tmp/try" in text
+    local_setup(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(block.replace("/tmp/try", str(tmp_path)), namespace)  # the README's own lines, on this test's folder
+    assert namespace["trainer"].state.global_step == 2
