@@ -119,3 +119,22 @@ def curve_area(points: list[tuple[float, float]], budget: float) -> float:
         pts.append((budget, at_budget))
     area = sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(pts, pts[1:], strict=False))
     return area / budget
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k for one problem from ``c`` right answers out of ``n`` samples (method §5.2;
+    docs/experiments.md, "pass@k"): 1 − C(n−c, k) / C(n, k), the chance that k of the n answers drawn without
+    replacement hold a right one (Chen et al. 2021). Exact integer binomials (``math.comb``), so no overflow or
+    cancellation for any n; written here because neither TRL nor datasets ships it."""
+    if not (isinstance(n, int) and isinstance(c, int) and isinstance(k, int)):
+        raise TypeError("n, c and k are integers")
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def mean_pass_at_k(counts: list[int], n: int, k: int) -> float:
+    """pass@k over a split: the mean of :func:`pass_at_k` over its problems' success counts (each out of ``n``)."""
+    if not counts:
+        raise ValueError("no problems")
+    return sum(pass_at_k(n, c, k) for c in counts) / len(counts)
