@@ -68,11 +68,11 @@ def test_the_shipped_plan_loads_and_is_the_size_its_header_and_the_readme_state(
     assert plan.rollout_tokens == 150_000 and len(plan.runs()) == 30
     header = PLAN.read_text().split("\noutput_dir:")[0]
     assert "6 configurations x 5 seeds = 30 runs of 150k generated tokens" in header
-    assert "ESTIMATE" in header and "What it can show" in header and "What it cannot show" in header
+    assert "MEASURED" in header and "What it can show" in header and "What it cannot show" in header
     readme = (ROOT / "README.md").read_text()
     start = readme.index("`recipes/ablations/demo.yaml` is a smaller plan")
     sentence = " ".join(readme[start : readme.index("\n\n", start)].split())  # its lines, up to the blank line
-    assert "6 configurations × 5 seeds" in sentence and "off-policy" in sentence and "estimated" in sentence
+    assert "6 configurations × 5 seeds" in sentence and "off-policy" in sentence and "measured" in sentence
     assert "cannot" in sentence
     assert not plan.output_dir.startswith("docs")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 from .errors import EXIT_USAGE, UserError, as_user_errors, report, strip_debug
 from .flags import CliParser, nearest, train_precheck
@@ -176,6 +177,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def _ablate(args) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    # transformers' v6 renames (gradient_checkpointing -> activation_checkpointing): not the user's concern, and
+    # they filled the log of every worker (as the demo does)
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     if args.config and args.config_flag:
         raise UserError(f"one plan: {args.config} or --config {args.config_flag}, not both")
     path = args.config or args.config_flag
