@@ -424,3 +424,19 @@ def test_local_setup_writes_what_the_printed_command_trains_on_offline(tmp_path,
     out = capsys.readouterr().out
     assert "Objective: loss_type=loo_gspo" in out and f"Model and card saved to {tmp_path / 'try' / 'out'}" in out
     assert (tmp_path / "try" / "out" / "adapter_model.safetensors").exists()
+
+
+def test_ctrl_c_during_ablate_is_one_line_and_status_130(tmp_path, monkeypatch, capsys):
+    # the fresh-clone walk-through (#46) met a 40-line traceback here; the finished runs' records stay on disk
+    import trl_loo_gspo.experiment.ablation as ablation
+    from trl_loo_gspo.cli.main import main
+
+    def interrupted(plan, reuse_stale=False):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ablation, "run_ablation", interrupted)
+    plan = Path(__file__).resolve().parent.parent / "recipes" / "ablations" / "demo.yaml"
+    status = main(["ablate", str(plan), "--output_dir", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert status == 130 and "Traceback" not in out + err
+    assert out.strip().startswith("Interrupted (Ctrl-C)") and str(tmp_path / "out") in out and "continues" in out

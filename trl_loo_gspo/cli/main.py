@@ -189,14 +189,22 @@ def _ablate(args) -> int:
         shipped = "recipes/ablations"
         hint = f" (plans here: {shipped}/*.yaml)" if os.path.isdir(shipped) else ""
         raise UserError(f"plan file not found: {path}{hint}")
+    from ..demo.run import EXIT_INTERRUPTED
     from ..experiment.ablation import AblationPlan, run_ablation
 
     with as_user_errors(OSError, ValueError):  # a bad plan: its problems, not a traceback
         plan = AblationPlan.from_yaml(path)
     if args.output_dir:
         plan.output_dir = args.output_dir
-    with as_user_errors(ValueError):  # stale records: what they are and how to proceed
-        run_ablation(plan, reuse_stale=args.reuse_stale)  # (it prints its progress, the report's files, or who's left)
+    try:
+        with as_user_errors(ValueError):  # stale records: what they are and how to proceed
+            run_ablation(plan, reuse_stale=args.reuse_stale)  # (its progress, the report's files, or who's left)
+    except KeyboardInterrupt:  # one line, not a traceback: the finished runs' records are on disk
+        print(
+            f"Interrupted (Ctrl-C): the run in training is dropped; every finished run's record is kept in "
+            f"{plan.output_dir}, and the same command continues where this one stopped."
+        )
+        return EXIT_INTERRUPTED
     return 0
 
 
