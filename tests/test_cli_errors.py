@@ -260,7 +260,7 @@ def test_an_unwritable_demo_output_directory_is_one_line(tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     line = _one_error_line(*_run(["demo", "--output-dir", str(blocker / "out")], capsys), "trl-loo-gspo demo")
-    assert f"--output-dir {blocker / 'out'}" in line
+    assert f"--output_dir {blocker / 'out'}" in line
 
 
 def test_a_bad_ablation_plan_is_one_line(tmp_path, capsys):

@@ -249,6 +249,15 @@ def test_overwrite_and_an_interrupted_earlier_run_replace_in_place(tmp_path):
     assert prepare_output_dir(tmp_path / "fresh") == (tmp_path / "fresh", None)
 
 
+def test_an_interrupted_run_in_the_next_free_folder_is_replaced_with_the_note(tmp_path):
+    # issue 46: `loo-gspo-demo-2` holding an interrupted run was replaced without the note the README promises
+    out = _earlier_run(tmp_path / "out", interrupted=False)
+    _earlier_run(tmp_path / "out-2", interrupted=True)
+    chosen, note = prepare_output_dir(out)
+    assert chosen == tmp_path / "out-2"
+    assert str(out) in note and f"{chosen} holds an interrupted earlier run" in note
+
+
 @pytest.mark.slow
 def test_a_second_demo_run_interrupted_never_destroys_the_complete_first_run(monkeypatch, tmp_path, capsys):
     _plain_console(monkeypatch)

@@ -72,6 +72,8 @@ def prepare_output_dir(output_dir: str | Path, overwrite: bool = False) -> tuple
                 f"Note: {requested} holds a complete earlier run; it is kept, and this run writes to {chosen} "
                 "(--overwrite replaces it instead)."
             )
+            if earlier_run(chosen) == "interrupted":  # the promised note, for the folder this run does replace
+                note += f" {chosen} holds an interrupted earlier run; this run replaces its metrics.json and PNG."
     elif earlier_run(requested) == "interrupted":
         note = f"Note: {requested} holds an interrupted earlier run; this run replaces its metrics.json and PNG."
     try:
@@ -81,7 +83,7 @@ def prepare_output_dir(output_dir: str | Path, overwrite: bool = False) -> tuple
         probe.unlink()
     except OSError as error:
         reason = error.strerror or type(error).__name__
-        raise OSError(f"cannot write the demo's results to --output-dir {chosen}: {reason}") from error
+        raise OSError(f"cannot write the demo's results to --output_dir {chosen}: {reason}") from error
     if not os.access(chosen, os.W_OK):  # pragma: no cover - the probe above already failed
-        raise OSError(f"cannot write the demo's results to --output-dir {chosen}")
+        raise OSError(f"cannot write the demo's results to --output_dir {chosen}")
     return chosen, note
