@@ -394,11 +394,8 @@ def _run_test_cases(ns, unittest):
     """``unittest.main()`` as the test means it: the ``TestCase`` classes of the test's own namespace, run here (its
     arguments, ``argv``, ``exit``, are the runner's to ignore); a failure, an error or no test at all fails the test.
     Returns on success (``exit=False``'s behaviour) instead of raising ``SystemExit(0)``."""
-    suite = unittest.TestSuite()
     loader = unittest.TestLoader()
-    for value in list(ns.values()):
-        if isinstance(value, type) and issubclass(value, unittest.TestCase) and value.__module__ == "__main__":
-            suite.addTests(loader.loadTestsFromTestCase(value))
+    suite = unittest.TestSuite(loader.loadTestsFromTestCase(case) for case in _test_case_classes(ns, unittest))
     result = unittest.TextTestRunner(stream=sys.stderr, verbosity=0).run(suite)
     if not result.testsRun:
         raise AssertionError("unittest.main(): the test defines no test case")
@@ -422,10 +419,17 @@ def _run_defined_tests(ns, code):
     for function in functions:
         function()
     unittest = sys.modules.get("unittest")
-    if unittest is not None and any(
-        isinstance(v, type) and issubclass(v, unittest.TestCase) and v.__module__ == "__main__" for v in ns.values()
-    ):
+    if unittest is not None and _test_case_classes(ns, unittest):
         _run_test_cases(ns, unittest)
+
+
+def _test_case_classes(ns, unittest):
+    """The ``TestCase`` classes the test itself defines (its namespace is module ``__main__``; not imported ones)."""
+    return [
+        v
+        for v in list(ns.values())
+        if isinstance(v, type) and issubclass(v, unittest.TestCase) and v.__module__ == "__main__"
+    ]
 
 
 def _read_test(fd, index):
