@@ -28,6 +28,7 @@ that is not plain data, kept here as handle ``k`` and served lazily: it may be i
 exception class of what the request raised, and its arguments when they are plain data) or ``["error", why]``.
 """
 
+import io
 import os
 import sys
 
@@ -206,43 +207,22 @@ def run_candidate(program, req_r, resp_w, codec, parse, frame_cap):
         send(resp_w, answer)
 
 
-class _Capture:
+class _Capture(io.StringIO):
     """What the program prints during one request, for a test that redirected its own ``sys.stdout``/``sys.stderr``
     (``contextlib.redirect_stdout``, ``sys.stdout = io.StringIO()``): sent to the judge, which writes it to the test's
     stream, so the test reads the program's output as in one process (issue #45). At most ``cap`` characters are
     kept per stream; what the program writes past them is dropped (the test sees the start). Only text written through
     ``sys.stdout``/``sys.stderr`` (``print``) is captured, as ``redirect_stdout`` does: not writes to descriptor 1."""
 
-    __slots__ = ("parts", "size", "cap")
-    encoding, errors, newlines = "utf-8", "strict", None
-
     def __init__(self, cap):
-        self.parts, self.size, self.cap = [], 0, cap
+        super().__init__()
+        self.cap = cap
 
     def write(self, text):
-        if type(text) is not str:
-            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        room = self.cap - self.size
-        if room > 0:
-            self.parts.append(text[:room])
-            self.size += min(len(text), room)
+        room = self.cap - self.tell()
+        if room > 0 or type(text) is not str:  # (a str past the cap is dropped; anything else raises as StringIO does)
+            super().write(text[:room] if type(text) is str else text)
         return len(text)
-
-    def writelines(self, lines):
-        for line in lines:
-            self.write(line)
-
-    def flush(self):
-        pass
-
-    def isatty(self):
-        return False
-
-    def writable(self):
-        return True
-
-    def getvalue(self):
-        return "".join(self.parts)
 
     @staticmethod
     def install(which, cap):
