@@ -80,7 +80,7 @@ def test_ablations_are_not_swept_and_train_at_their_roots_choice_then_the_common
     assert "## Every variant at one common learning rate (0.0001, declared before the sweep)" in text
     assert "## Primary contrast (pre-registered, tested alone at the 5% level)" in text
     assert "## Component contrasts as one family of 2 (Holm-corrected)" in text
-    assert "Single-field ablations are not swept" in text and "full-k-mean (full's 0.0003)" in text
+    assert "Single-field ablations are not swept" in text and "full-k-mean (full's lr 0.0003)" in text
     calls.clear()
     run_ablation(plan, sweep_runner(calls, BEST))
     assert calls == []  # resumable: every record (study and common rate) is reused

@@ -176,7 +176,7 @@ def test_a_tiny_real_sweep_scores_on_the_tuning_split_then_trains_at_the_choice(
     assert {r["learning_rate"] for r in sweep} == {1e-5, 1e-4}
     assert all(r["split"] == "validation" and r["generated_tokens"] >= 300 for r in records)
     chosen = choose(plan, sweep)
-    assert {r["name"]: r["overrides"]["learning_rate"] for r in records} == chosen
+    assert {r["name"]: {"learning_rate": r["overrides"]["learning_rate"]} for r in records} == chosen
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## Learning rate per variant (sweep on the tuning split)" in report
 
@@ -212,3 +212,115 @@ def test_label_smoothing_of_the_warm_start_keys_its_own_policy_and_changes_the_t
         supervised_warm_start(model, tokenizer, task.splits()[0], spec, log=lambda _: None)
         weights.append(model.lm_head.weight.detach().clone())
     assert not torch.equal(weights[0], weights[1])
+
+
+GRIDS = {
+    "grpo": {"epsilon": [0.1, 0.2, 0.3]},
+    "loo": {"epsilon": [1e-3, 3e-3, 1e-2], "epsilon_high": [2e-3, 6e-3, 2e-2]},
+}
+
+
+def grid_plan(tmp_path, **overrides) -> AblationPlan:
+    sweep = {"learning_rates": [1e-4, 2e-4, 4e-4], "seeds": [7, 8], "rollout_tokens": 500, "grids": GRIDS}
+    variants = [
+        {"name": "loo", "config": {"advantage_estimator": "loo"}},
+        {"name": "loo-mean", "base": "loo", "config": {"advantage_estimator": "group_mean"}},
+        {"name": "loo-sym", "base": "loo", "config": {"epsilon_high": None}},
+        {"name": "loo-token", "base": "loo", "config": {"importance_sampling_level": "token"}},
+    ]
+    return write_plan(tmp_path, **{"sweep": sweep, "variants": variants, **overrides})
+
+
+def grid_runner(calls: list, best: dict[str, tuple[float, float]]):
+    """A fake runner whose score peaks at a variant's (learning rate, epsilon), greedy and sampled alike."""
+
+    def runner(plan, name, overrides, is_baseline, seed, progress, split="validation", **_):
+        lr, eps = overrides["learning_rate"], overrides.get("epsilon")
+        calls.append((split, name, seed, lr, eps, overrides.get("epsilon_high")))
+        want_lr, want_eps = best.get(name, best["loo"])  # (ablations: their root's optimum)
+        score = 0.6 - abs(lr / want_lr - 1) * 0.1 - abs(eps / want_eps - 1) * 0.05 + 0.001 * seed
+        return {
+            "name": name, "seed": seed, "baseline": is_baseline, "final_pass_rate": score, "best_pass_rate": score,
+            "final_pass_at_1": score, "auc": score, "greedy_auc": score, "curve": [[0, 0.3], [500, score]],
+            "generated_tokens": 500, "effective_tokens": 250, "split": split, "learning_rate": lr,
+        }  # fmt: skip
+
+    return runner
+
+
+def test_each_variant_chooses_a_learning_rate_and_a_grid_value_and_ablations_inherit_or_tune_their_own(tmp_path):
+    plan = grid_plan(tmp_path, sweep={**grid_plan(tmp_path).sweep, "grids": {**GRIDS, "loo-token": {
+        "epsilon": [0.1, 0.2, 0.3], "epsilon_high": [0.1, 0.2, 0.3]}}, "metric": "final_pass_at_1"})  # fmt: skip
+    calls: list = []
+    best = {"grpo": (2e-4, 0.2), "loo": (2e-4, 3e-3), "loo-token": (2e-4, 0.3)}
+    run_ablation(plan, grid_runner(calls, best))
+    tuning = [c for c in calls if c[0] == "tuning"]
+    first = [c for c in tuning if c[1] in ("grpo", "loo")]
+    assert len(first) == 2 * (3 * 3 + 3 * 3)  # seeds x (rates x grid values) per swept variant: equal cells
+    assert {(c[3], c[4]) for c in first if c[1] == "loo"} == {
+        (lr, e) for lr in (1e-4, 2e-4, 4e-4) for e in (1e-3, 3e-3, 1e-2)
+    }
+    assert all(c[5] == 2 * c[4] for c in first if c[1] == "loo")  # the grid's fields set together
+    second = [c for c in tuning if c[1] == "loo-token"]
+    assert tuning.index(second[0]) == len(first)  # the second phase after the first choice
+    assert sorted((c[3], c[4]) for c in second) == [(2e-4, e) for e in (0.1, 0.1, 0.2, 0.2, 0.3, 0.3)]
+    study = {(c[1], c[3], c[4], c[5]) for c in calls if c[0] == "validation"}
+    assert study == {
+        ("grpo", 2e-4, 0.2, None),
+        ("loo", 2e-4, 3e-3, 6e-3),
+        ("loo-mean", 2e-4, 3e-3, 6e-3),  # the root's whole choice
+        ("loo-sym", 2e-4, 3e-3, None),  # ... except the field it sets itself
+        ("loo-token", 2e-4, 0.3, 0.3),  # its own grid's best, at the root's rate
+    }
+    assert run_path(plan, "loo", 7, cell={"learning_rate": 2e-4, "epsilon": 3e-3, "epsilon_high": 6e-3}).exists()
+    assert (tmp_path / "out" / "sweep" / "loo" / "lr0.0002-epsilon0.003-epsilon_high0.006" / "seed8.json").exists()
+    assert (tmp_path / "out" / "sweep" / "loo-token" / "epsilon0.3-epsilon_high0.3" / "seed7.json").exists()
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Learning rate and clip parameter per variant (sweep on the tuning split)" in report
+    assert "scored by its final greedy pass@1 on the tuning split" in report
+    assert "### loo: learning rate × epsilon, epsilon_high" in report
+    assert "| 0.003, 0.006 | 0.557 | 0.607 | 0.508 |" in report  # a grid row: one column per rate
+    assert "### loo-token: its own epsilon, epsilon_high, at loo's choice" in report
+    assert "| loo | 9 | lr 0.0002, epsilon 0.003, epsilon_high 0.006 | 0.607 |" in report
+    assert "2 of 2 |" in report  # the choice beats the runner-up in both sweep seeds
+    assert "At the edge of the grid: loo-token (epsilon 0.3, epsilon_high 0.3)" in report
+    assert "loo-mean (loo's lr 0.0002, epsilon 0.003, epsilon_high 0.006)" in report
+
+    calls.clear()  # resumable: every record reused, nothing trained
+    run_ablation(plan, grid_runner(calls, best))
+    assert calls == []
+
+
+def test_a_choice_at_a_grid_edge_is_flagged_with_its_axis(tmp_path):
+    plan = grid_plan(tmp_path, variants=[{"name": "loo", "config": {}}])
+    run_ablation(plan, grid_runner([], {"grpo": (4e-4, 0.2), "loo": (2e-4, 1e-2)}))
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "At the edge of the grid: grpo (lr 0.0004), loo (epsilon 0.01, epsilon_high 0.02)" in report
+
+
+def test_the_choice_breaks_ties_by_the_curve_area_of_the_same_kind_then_the_smaller_rate(tmp_path):
+    plan = write_plan(tmp_path, sweep={"learning_rates": [1e-4, 3e-4], "seeds": [7], "metric": "final_pass_at_1"})
+    rows = [
+        {"name": "grpo", "seed": 7, "learning_rate": 1e-4, "final_pass_at_1": 0.5, "greedy_auc": 0.3, "auc": 0.9},
+        {"name": "grpo", "seed": 7, "learning_rate": 3e-4, "final_pass_at_1": 0.5, "greedy_auc": 0.4, "auc": 0.1},
+        {"name": "loo", "seed": 7, "learning_rate": 1e-4, "final_pass_at_1": 0.5, "greedy_auc": 0.4},
+        {"name": "loo", "seed": 7, "learning_rate": 3e-4, "final_pass_at_1": 0.5, "greedy_auc": 0.4},
+    ]
+    assert choose(plan, rows) == {"grpo": {"learning_rate": 3e-4}, "loo": {"learning_rate": 1e-4}}
+
+
+@pytest.mark.parametrize(
+    "grids, message",
+    [
+        ({"nope": {"epsilon": [0.1, 0.2]}}, r"sweep.grids.nope: no run named 'nope'"),
+        ({"loo": {"epsilon": [0.1, 0.2], "epsilon_high": [0.2]}}, "their lists need one length"),
+        ({"loo": {"epsilon": [0.1]}}, "at least 2 values"),
+        ({"loo": {"learning_rate": [1e-4, 2e-4]}}, "learning_rate is swept by sweep.learning_rates"),
+        ({"loo": {"epsilon": [0.1, 0.1]}}, "repeated values"),
+        ({"loo": [0.1, 0.2]}, "a mapping of config field -> list of values"),
+        ({"loo": {"epsilon": [0.2, -1.0]}}, r"variant 'loo': .*\(sweep.grids cell \{'epsilon': -1.0\}\)"),
+    ],
+)
+def test_a_bad_grid_fails_at_construction_naming_the_field(tmp_path, grids, message):
+    with pytest.raises(ValueError, match=message):
+        write_plan(tmp_path, sweep={"learning_rates": [1e-4, 3e-4], "seeds": [7], "grids": grids})

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from trl_loo_gspo.experiment.ablation.plan import AblationPlan, run_args
-from trl_loo_gspo.experiment.ablation.sweep import choose, with_learning_rates
+from trl_loo_gspo.experiment.ablation.sweep import choose, with_choices
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "recipes" / "ablations" / "chain-study.yaml"
@@ -81,7 +81,7 @@ def test_ablations_train_at_fulls_chosen_rate_whatever_the_sweep_says_about_them
         for lr, score in ((5e-5, 0.40), (1e-4, 0.45 if name == "full" else 0.50), (2e-4, 0.47))
     ]
     chosen = choose(plan, records)
-    rates = {name: cfg["learning_rate"] for name, cfg, _, _ in with_learning_rates(plan.runs(), chosen)}
+    rates = {name: cfg["learning_rate"] for name, cfg, _, _ in with_choices(plan.runs(), chosen)}
     assert rates["full"] == 2e-4 and rates["grpo"] == 1e-4
     assert all(rates[name] == 2e-4 for name in plan.bases())
 

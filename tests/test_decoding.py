@@ -106,3 +106,35 @@ def test_pass_rates_lean_and_generate_agree_on_greedy(samples):
     state = torch.get_rng_state()
     pass_rates(model, tokenizer, rows, samples=samples, max_new_tokens=6, score=score)
     assert torch.equal(torch.get_rng_state(), state)  # the caller's RNG is untouched
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_entropy_along_sampled_answers_equals_a_teacher_forced_recomputation(temperature):
+    model, tokenizer, enc = _model_and_prompts()
+    eos, pad = model.generation_config.eos_token_id, tokenizer.pad_token_id
+    torch.manual_seed(2)
+    greedy, sampled, entropy = decode(
+        model, enc["input_ids"], enc["attention_mask"], max_new_tokens=10, pad_token_id=pad, samples=3,
+        temperature=temperature, with_entropy=True,
+    )  # fmt: skip
+    assert entropy.shape == (2, sampled.shape[0]) and entropy.dtype == torch.float64
+    prompts = enc["input_ids"].repeat_interleave(3, dim=0)
+    mask = enc["attention_mask"].repeat_interleave(3, dim=0)
+    for row in range(sampled.shape[0]):  # each answer re-read in one forward pass, its prompt unpadded
+        prompt = prompts[row][mask[row].bool()]
+        answer = sampled[row]
+        ended = (answer == eos).nonzero()
+        length = int(ended[0]) + 1 if len(ended) else answer.numel()
+        ids = torch.cat([prompt, answer[:length]])[None]
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, prompt.numel() - 1 : prompt.numel() - 1 + length].double()
+        log_probs = torch.log_softmax(logits / temperature, dim=-1)
+        want = -(log_probs.exp() * log_probs).sum()
+        assert int(entropy[1, row]) == length
+        assert float(entropy[0, row]) == pytest.approx(float(want), rel=1e-4)
+    assert len({int(n) for n in entropy[1]}) > 1  # answers of different lengths: the ends were exercised
+    again_greedy, again_sampled = decode(
+        model, enc["input_ids"], enc["attention_mask"], max_new_tokens=10, pad_token_id=pad, samples=3,
+        temperature=temperature,
+    )  # fmt: skip
+    assert again_sampled.shape == sampled.shape  # without the flag: the two-value return of before

@@ -95,3 +95,54 @@ def test_validation_restores_every_random_stream(tmp_path, monkeypatch):
     callback.evaluate()
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
     assert cuda["restored"] == [["training-stream"]]  # the CUDA stream saved before validation reseeded it
+
+
+def test_curve_points_greedy_only_and_a_full_final_point_with_per_problem_results(tmp_path):
+    model, tokenizer = make_model_and_tokenizer()
+    trainer = LooGspoTrainer(
+        model=model,
+        reward_funcs=[digit_fraction_reward],
+        args=LooGspoConfig(**base_kwargs(str(tmp_path), max_steps=4, optim="adamw_torch", learning_rate=1e-3)),
+        train_dataset=addition_dataset(64, seed=8),
+        processing_class=tokenizer,
+    )
+    validation = Dataset.from_list(
+        [{"prompt": f"{i}+{i}=", "answer": "x" if i == 0 else str(2 * i), "terms": 2 + i % 2} for i in range(7)]
+    )
+    callback = ValidationCallback(
+        trainer, validation, StartsWithDigit(), every_tokens=100, samples=3, curve_samples=0, strata="terms"
+    )
+    trainer.add_callback(callback)
+    trainer.train()
+    between = callback.history[1:]
+    assert between and all(h["eval/pass_rate"] != h["eval/pass_rate"] for h in between)  # NaN: greedy only
+    assert [d["samples"] for d in callback.details] == [3] + [0] * len(between)
+    last_tokens = callback.history[-1]["rollout_tokens"]
+    final = callback.finish()
+    assert final["rollout_tokens"] == float(trainer.generated_tokens_total)
+    # a greedy-only point at the current count is replaced, not followed by a second point at the same count
+    points = [h["rollout_tokens"] for h in callback.history]
+    assert len(points) == len(set(points)) and points[-1] == final["rollout_tokens"]
+    assert len(callback.history) == (1 + len(between) if last_tokens == final["rollout_tokens"] else 2 + len(between))
+    assert callback.finish() is callback.history[-1]  # already full at this count: not evaluated again
+    assert len(callback.history) == len(callback.details)
+    for point, detail in ((callback.history[0], callback.details[0]), (final, callback.details[-1])):
+        assert detail["samples"] == 3 and len(detail["greedy"]) == len(detail["successes"]) == 7
+        assert point["eval/pass_at_1"] == pytest.approx(sum(detail["greedy"]) / 7)
+        assert point["eval/pass_rate"] == pytest.approx(sum(detail["successes"]) / 21)
+        assert detail["greedy"][0] == 0 and detail["successes"][0] == 0  # the unscorable problem never passes
+        summed, tokens = detail["entropy"]
+        assert tokens >= 21 and point["eval/entropy"] == pytest.approx(summed / tokens) and summed > 0
+    assert callback.labels() == [2, 3, 2, 3, 2, 3, 2]
+    state = callback.state_dict()
+    again = ValidationCallback(trainer, validation, StartsWithDigit(), every_tokens=100, samples=3)
+    again.load_state_dict(state)
+    assert again.details == callback.details and again.history == callback.history
+
+
+def test_curve_samples_and_strata_are_checked(tmp_path):
+    rows = Dataset.from_list([{"prompt": "1=", "answer": "1"}])
+    with pytest.raises(ValueError, match="curve_samples"):
+        ValidationCallback(object(), rows, StartsWithDigit(), every_tokens=10, samples=2, curve_samples=3)
+    with pytest.raises(ValueError, match="strata: no column 'terms'"):
+        ValidationCallback(object(), rows, StartsWithDigit(), every_tokens=10, samples=2, strata="terms")

@@ -96,12 +96,17 @@ def decode(
     greedy: bool = True,
     temperature: float = 1.0,
     compact_fraction: float = 0.125,
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor | None, torch.Tensor | None] | tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
     """``(greedy, sampled)`` completion ids for left-padded prompts: ``greedy`` ``[B, L]`` (or ``None``),
     ``sampled`` ``[B * samples, L]`` with the samples of a prompt adjacent (``num_return_sequences`` order; or
     ``None``); ``L`` ≤ ``max_new_tokens`` is the longest answer, shorter ones padded with ``pad_token_id`` after their
     end-of-sequence token. Draws from torch's global generator (callers seed it). Rows that have ended are dropped
-    from the batch once they are ``compact_fraction`` of it (one cache copy per compaction)."""
+    from the batch once they are ``compact_fraction`` of it (one cache copy per compaction).
+
+    ``with_entropy``: also return, third, ``[2, B * samples]`` float64: per sampled answer, the summed entropy (nats)
+    of the distribution each of its tokens was drawn from (the softmax at ``temperature``) and its token count (the
+    end-of-sequence token included, padding not) — the policy's entropy along its own answers."""
     from transformers import DynamicCache
 
     if not greedy and not samples:
@@ -138,10 +143,15 @@ def decode(
     row_ids = torch.arange(rows, device=device)
     alive = torch.ones(rows, dtype=torch.bool, device=device)
     out = torch.full((rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
+    entropy = torch.zeros(2, rows, dtype=torch.float64, device=device)  # (summed entropy, tokens) per row
     longest = 0
     for step in range(max_new_tokens):
         token = _next_token(logits, is_greedy, temperature)
         out[row_ids[alive], step] = token[alive]
+        if with_entropy:
+            counted = alive & ~is_greedy
+            entropy[0, row_ids[counted]] += _entropy(logits[counted], temperature)
+            entropy[1, row_ids[counted]] += 1
         longest = step + 1
         if eos is not None:
             alive &= ~torch.isin(token, eos)
@@ -167,7 +177,17 @@ def decode(
     out = out[:, :longest].view(prompts, per_prompt, longest)
     greedy_ids = out[:, 0] if greedy else None
     sampled_ids = out[:, int(greedy) :].reshape(prompts * samples, longest) if samples else None
+    if with_entropy:
+        per_answer = entropy.view(2, prompts, per_prompt)[:, :, int(greedy) :].reshape(2, prompts * samples)
+        return greedy_ids, sampled_ids, per_answer
     return greedy_ids, sampled_ids
+
+
+def _entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Entropy (nats, float64) of ``softmax(logits / temperature)`` per row."""
+    log_probs = torch.log_softmax(logits.double() / temperature, dim=-1)
+    probs = log_probs.exp()
+    return -torch.where(probs > 0, probs * log_probs, torch.zeros_like(probs)).sum(-1)  # (0 · log 0 = 0)
 
 
 def _next_token(logits: torch.Tensor, is_greedy: torch.Tensor, temperature: float) -> torch.Tensor:

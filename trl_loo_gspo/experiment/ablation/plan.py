@@ -44,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from .sweep import sweep_problems
+from .sweep import cell_label, grid_cells, sweep_cell, sweep_problems
 
 TASKS = ("demo-addition", "demo-multistep", "demo-mixed", "recipe")
 BASELINE_TRAINERS = ("grpo", "loo_gspo")
@@ -62,6 +62,9 @@ class AblationPlan:
     task: str = "demo-addition"
     eval_every_tokens: int = 50_000
     eval_samples: int = 4
+    # sampled answers per problem at the evaluation points between the start and the end (None: eval_samples; 0:
+    # greedy only there — the start and the final point always draw eval_samples)
+    eval_curve_samples: int | None = None
     common: dict[str, Any] = field(default_factory=dict)
     policy: dict[str, Any] = field(default_factory=dict)  # PolicySpec overrides (tests use a tiny policy)
     recipe: str | None = None  # task "recipe": a `trl-loo-gspo train` YAML (model, data, verifier, validation)
@@ -76,6 +79,10 @@ class AblationPlan:
     common_rate_eval_every_tokens: int | None = None
     primary: list[str] | None = None  # [a, b]: the pre-registered contrast a − b, tested alone (no correction)
     eval_split: str = "validation"  # the split every run is scored on ("tuning" for a calibration plan)
+    # the pre-registered primary metric: "sampled" (final_pass_rate and curve: pass rate of answers sampled at the
+    # training temperature) or "greedy" (final_pass_at_1 and greedy_curve: greedy pass@1)
+    primary_metric: str = "sampled"
+    option_contrasts: list[list[str]] = field(default_factory=list)  # a second Holm family: the method's options
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> AblationPlan:
@@ -102,7 +109,16 @@ class AblationPlan:
 
         entries = self.entries()
         seed = self.seeds[0]
-        problems = config_problems(entries, lambda name, cfg, base, cpu: run_args(self, name, cfg, base, seed, cpu))
+
+        def build(name: str, cfg: dict, base: bool, cpu: bool) -> Any:
+            return run_args(self, name, cfg, base, seed, cpu)
+
+        problems = config_problems(entries, build)
+        grids = self.sweep.get("grids") or {}
+        for name, cfg, base in [entry for entry in entries if entry[0] in grids]:  # every grid value builds too
+            for cell in grid_cells(self, name):
+                found = config_problems([(name, {**cfg, **cell}, base)], build)
+                problems += [f"{problem} (sweep.grids cell {cell})" for problem in found]
         if problems:
             raise ValueError(_problem_report(source, problems))
 
@@ -118,6 +134,13 @@ class AblationPlan:
             raise ValueError("`recipe` and `recipe_overrides` are only used with task: recipe")
         if not self.seeds or self.rollout_tokens <= 0 or self.eval_every_tokens <= 0:
             raise ValueError("need seeds, rollout_tokens > 0 and eval_every_tokens > 0")
+        curve = self.eval_curve_samples
+        if curve is not None and not (isinstance(curve, int) and 0 <= curve <= self.eval_samples):
+            raise ValueError(
+                f"eval_curve_samples must be an integer in [0, eval_samples={self.eval_samples}], got {curve!r}"
+            )
+        if curve is not None and self.task == "recipe":
+            raise ValueError("eval_curve_samples is for the built-in tasks (a recipe sets its own evaluation)")
         names = [self.baseline.get("name", "baseline")] + [v["name"] for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"run names must be unique, got {names}")
@@ -148,6 +171,11 @@ class AblationPlan:
         for pair in self.contrasts:
             if not (isinstance(pair, list) and len(pair) == 2 and all(name in names for name in pair)):
                 raise ValueError(f"contrasts entries are [a, b] pairs of run names (from {names}), got {pair!r}")
+        for pair in self.option_contrasts:
+            if not (isinstance(pair, list) and len(pair) == 2 and all(name in names for name in pair)):
+                raise ValueError(f"option_contrasts entries are [a, b] pairs of run names (from {names}), got {pair}")
+        if self.primary_metric not in ("sampled", "greedy"):
+            raise ValueError(f"primary_metric must be 'sampled' or 'greedy', got {self.primary_metric!r}")
         if self.task_options and self.task == "recipe":
             raise ValueError("`task_options` sets a built-in task's fields; a recipe task takes them from the recipe")
         if self.task != "recipe":
@@ -249,7 +277,7 @@ def demo_args(
     out = (
         Path(output_dir)
         if output_dir
-        else run_path(plan, name, seed, overrides.get("learning_rate") if tuning else None).with_suffix("")
+        else run_path(plan, name, seed, cell=sweep_cell(plan, name, overrides) if tuning else None).with_suffix("")
     )
     settings = common_args(DemoConfig(output_dir=str(out), seed=seed), out)
     if plan.task in ("demo-multistep", "demo-mixed"):
@@ -261,12 +289,17 @@ def demo_args(
     return LooGspoConfig.stock_trl(**settings) if stock else LooGspoConfig(**settings)
 
 
-def run_path(plan: AblationPlan, name: str, seed: int, sweep_lr: float | None = None) -> Path:
+def run_path(
+    plan: AblationPlan, name: str, seed: int, sweep_lr: float | None = None, cell: dict[str, Any] | None = None
+) -> Path:
     """Where the record of run (``name``, ``seed``) is written: ``<output_dir>/runs/<name>/seed<k>.json``; a sweep
-    run at learning rate ``sweep_lr``: ``<output_dir>/sweep/<name>/lr<value>/seed<k>.json``."""
-    if sweep_lr is None:
+    run in ``cell`` (or at learning rate ``sweep_lr``): ``<output_dir>/sweep/<name>/<cell>/seed<k>.json``, the cell's
+    folder named by :func:`~.sweep.cell_label` (``lr0.0001``, ``lr0.0001-epsilon0.003``...)."""
+    if sweep_lr is not None:
+        cell = {"learning_rate": sweep_lr, **(cell or {})}
+    if cell is None:
         return Path(plan.output_dir) / "runs" / name / f"seed{seed}.json"
-    return Path(plan.output_dir) / "sweep" / name / f"lr{sweep_lr:g}" / f"seed{seed}.json"
+    return Path(plan.output_dir) / "sweep" / name / cell_label(cell) / f"seed{seed}.json"
 
 
 def recipe_args(

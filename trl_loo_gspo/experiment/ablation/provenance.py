@@ -91,6 +91,8 @@ def run_provenance(
         "baseline": is_baseline,
         "stock_baseline": is_baseline and plan.stock_baseline,
     }
+    if plan.eval_curve_samples is not None:  # (absent otherwise: the hashes of plans without it are unchanged)
+        spec["eval_curve_samples"] = plan.eval_curve_samples
     config = json.dumps(spec, sort_keys=True, default=str).encode()
     return {
         "package_version": _version("trl-loo-gspo"),

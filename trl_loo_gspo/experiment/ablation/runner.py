@@ -12,12 +12,22 @@ import os
 import time
 from pathlib import Path
 
+from .evaluation import evaluation_record
 from .plan import AblationPlan, demo_args, demo_task, recipe_args, run_path
 from .progress import AblationProgress
 from .provenance import StaleRecordsError, run_provenance, stale_reason
 from .report import CSV_COLUMNS, PROCESS_KEYS, announced_files, plot, report, write_outputs  # noqa: F401
-from .stats import curve_area
-from .sweep import choose, eval_every, sweep_budget, sweep_runs, with_learning_rates
+from .sweep import (
+    cell_fields,
+    cell_label,
+    choose,
+    eval_every,
+    grid_runs,
+    sweep_budget,
+    sweep_cell,
+    sweep_runs,
+    with_choices,
+)
 
 
 def run_one(
@@ -68,7 +78,14 @@ def _build_demo_run(
         processing_class=tokenizer,
     )
     validation_cb = ValidationCallback(
-        trainer, validation, verifier, eval_every(plan, split), samples=plan.eval_samples, seed=seed
+        trainer,
+        validation,
+        verifier,
+        eval_every(plan, split),
+        samples=plan.eval_samples,
+        seed=seed,
+        curve_samples=plan.eval_curve_samples,
+        strata="terms" if "terms" in validation.column_names else None,  # (demo-mixed: the number of terms)
     )
     trainer.add_callback(validation_cb)
     extra = {"policy_key": policy_info["key"], "split": split}
@@ -110,9 +127,8 @@ def _train_to_budget(budget, trainer, validation_cb, verifier, name, overrides, 
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
-    if validation_cb.history[-1]["rollout_tokens"] != trainer.generated_tokens_total:
-        validation_cb.evaluate()
-    curve = [(h["rollout_tokens"], h["eval/pass_rate"]) for h in validation_cb.history]
+    validation_cb.finish()  # the final point, with every sample
+    evaluations = evaluation_record(validation_cb.history, validation_cb.details, validation_cb.labels(), budget)
     logs = [h for h in trainer.state.log_history if "loss" in h]
 
     def mean_of(key: str) -> float:
@@ -124,11 +140,7 @@ def _train_to_budget(budget, trainer, validation_cb, verifier, name, overrides, 
         "seed": seed,
         "baseline": is_baseline,
         "trainer": type(trainer).__name__,
-        "final_pass_rate": curve[-1][1],
-        "best_pass_rate": max(p for _, p in curve),
-        "final_pass_at_1": validation_cb.history[-1]["eval/pass_at_1"],
-        "auc": curve_area(curve, budget),
-        "curve": curve,
+        **evaluations,
         "generated_tokens": trainer.generated_tokens_total,
         "effective_tokens": getattr(trainer, "effective_tokens_total", None),
         "steps": trainer.state.global_step,
@@ -197,20 +209,13 @@ def _run_phases(plan: AblationPlan, runner, reuse_stale: bool, display: Ablation
     sweep_records: list[dict] = []
     runs = plan.runs()
     if plan.sweep:
-        jobs = [
-            (name, cfg, base, seed, run_path(plan, name, seed, lr), run_provenance(plan, name, cfg, base, seed, split))
-            for name, cfg, base, seed, lr in sweep_runs(plan)
-            for split in ["tuning"]
-        ]
-        if not reuse_stale:
-            _refuse_stale(plan, [(name, seed, path, prov) for name, _, _, seed, path, prov in jobs])
-        display.phase("tuning", _labelled(jobs), sweep_budget(plan))
-        while not _execute(plan, jobs, runner, "tuning", display):
-            display.waiting(sum(not job[4].exists() for job in jobs))
-            time.sleep(10)  # another process is training the last sweep runs
-        sweep_records = [json.loads(job[4].read_text()) for job in jobs]
+        sweep_records = _tune(plan, sweep_runs(plan), runner, reuse_stale, display)
         chosen = choose(plan, sweep_records)
-        runs = with_learning_rates(runs, chosen)
+        second = grid_runs(plan, chosen)  # ablations with a grid of their own, at their root's choice
+        if second:
+            sweep_records += _tune(plan, second, runner, reuse_stale, display)
+            chosen = choose(plan, sweep_records)
+        runs = with_choices(runs, chosen)
     split = plan.eval_split
     jobs = [
         (name, cfg, base, seed, run_path(plan, name, seed), run_provenance(plan, name, cfg, base, seed, split))
@@ -222,7 +227,7 @@ def _run_phases(plan: AblationPlan, runner, reuse_stale: bool, display: Ablation
     if common_jobs and not reuse_stale:
         _refuse_stale(plan, [(name, seed, path, prov) for name, _, _, seed, path, prov, _ in common_jobs])
     # the common-rate runs need only the sweep: a worker goes on to them while others finish the study's last runs
-    display.phase(split, _labelled(jobs), plan.rollout_tokens)
+    display.phase(split, _labelled(jobs, plan if plan.sweep else None), plan.rollout_tokens)
     _execute(plan, jobs, runner, split, display)
     if common_jobs:
         display.phase(split, _labelled(common_jobs), plan.rollout_tokens, common=True)
@@ -240,17 +245,37 @@ def _run_phases(plan: AblationPlan, runner, reuse_stale: bool, display: Ablation
     return records
 
 
-def _label(name: str, overrides: dict, seed: int) -> str:
+def _tune(plan: AblationPlan, runs: list, runner, reuse_stale: bool, display: AblationProgress) -> list[dict]:
+    """Train one tuning phase's runs (name, overrides, is_baseline, seed, cell), waiting for those other processes
+    hold (the choice needs them all); return their records."""
+    jobs = [
+        (name, cfg, base, seed, path, run_provenance(plan, name, cfg, base, seed, "tuning"))
+        for name, cfg, base, seed, cell in runs
+        for path in [run_path(plan, name, seed, cell=cell)]
+    ]
+    if not reuse_stale:
+        _refuse_stale(plan, [(name, seed, path, prov) for name, _, _, seed, path, prov in jobs])
+    display.phase("tuning", _labelled(jobs, plan), sweep_budget(plan))
+    while not _execute(plan, jobs, runner, "tuning", display):
+        display.waiting(sum(not job[4].exists() for job in jobs))
+        time.sleep(10)  # another process is training the last sweep runs
+    return [json.loads(job[4].read_text()) for job in jobs]
+
+
+def _label(name: str, overrides: dict, seed: int, plan: AblationPlan | None = None) -> str:
+    """``name seed k lr x`` and, for a sweep run of a variant with a grid, the grid's values."""
     rate = overrides.get("learning_rate")
-    return f"{name} seed {seed}" + (f" lr {rate:g}" if rate is not None else "")
+    label = f"{name} seed {seed}" + (f" lr {rate:g}" if rate is not None else "")
+    grid = [f for f in cell_fields(plan, name) if f != "learning_rate" and f in overrides] if plan else []
+    return label + "".join(f" {field} {cell_label({'': overrides[field]})}" for field in grid)
 
 
-def _labelled(jobs: list) -> list[tuple[str, Path]]:
+def _labelled(jobs: list, plan: AblationPlan | None = None) -> list[tuple[str, Path]]:
     """(label, record path) of each job, for the display."""
-    return [(_label(name, overrides, seed), path) for name, overrides, _, seed, path, *_ in jobs]
+    return [(_label(name, overrides, seed, plan), path) for name, overrides, _, seed, path, *_ in jobs]
 
 
-def common_rate_jobs(plan: AblationPlan, chosen: dict[str, float]) -> list[tuple]:
+def common_rate_jobs(plan: AblationPlan, chosen: dict[str, dict]) -> list[tuple]:
     """Every swept (variant, seed) at the plan's ``common_rate`` — the baseline and the variants without a ``base``;
     an ablation already trains at its root's rate —: the study's own run where the variant chose that rate (same
     config, same record), else a run recorded under ``common-rate/<variant>/seed<k>.json`` and evaluated every
@@ -261,8 +286,9 @@ def common_rate_jobs(plan: AblationPlan, chosen: dict[str, float]) -> list[tuple
     for name, cfg, base, seed in plan.runs():
         if name in ablations:
             continue
-        overrides = {**cfg, "learning_rate": plan.common_rate}
-        if math.isclose(chosen[name], plan.common_rate, rel_tol=1e-12):  # the study's run: its record, its spacing
+        overrides = {**cfg, **chosen[name], "learning_rate": plan.common_rate}  # (at its chosen grid value)
+        # the study's run (same config): its record, its spacing
+        if math.isclose(chosen[name]["learning_rate"], plan.common_rate, rel_tol=1e-12):
             path, every = run_path(plan, name, seed), None
         else:
             path = Path(plan.output_dir) / "common-rate" / name / f"seed{seed}.json"
@@ -287,7 +313,7 @@ def _execute(plan: AblationPlan, jobs: list, runner, split: str, display: Ablati
         try:
             if path.exists():  # finished by another process between the check and the claim
                 continue
-            label = _label(name, overrides, seed)
+            label = _label(name, overrides, seed, plan if plan.sweep else None)
             report_tokens = display.start(label, budget)
             every = spacing[0] if spacing else None
             extra = {} if every is None else {"eval_every_tokens": every}
@@ -300,6 +326,8 @@ def _execute(plan: AblationPlan, jobs: list, runner, split: str, display: Ablati
                 display.stopped()
                 raise
             record["provenance"] = provenance
+            if split == "tuning":  # (whatever the runner: the cell the choice reads)
+                record["sweep_cell"] = sweep_cell(plan, name, overrides)
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
             tmp.write_text(json.dumps(record, indent=2, default=str))
