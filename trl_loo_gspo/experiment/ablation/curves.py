@@ -192,10 +192,13 @@ def _ceiling_label(fit: CurveFit) -> str:
 
 
 def plot_curves(
-    groups: dict[str, tuple[list[list[tuple[float, float]]], CurveFit | None]], path: str | Path, title: str
+    groups: dict[str, tuple[list[list[tuple[float, float]]], CurveFit | None]],
+    path: str | Path,
+    title: str,
+    ylabel: str = "held-out pass rate (sampled)",
 ) -> None:
-    """One figure of pass rate against rollout tokens: per variant its seeds' points and its fitted curve (dashed
-    when the ceiling is not identified), saved to ``path`` (PNG at 120 dpi)."""
+    """One figure of pass rate (``ylabel``) against rollout tokens: per variant its seeds' points and its fitted
+    curve (dashed when the ceiling is not identified), saved to ``path`` (PNG at 120 dpi)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -218,7 +221,7 @@ def plot_curves(
             label=f"{name}: {_ceiling_label(fit)}",
         )
     ax.set_xlabel("rollout tokens (generated)")
-    ax.set_ylabel("held-out pass rate (sampled)")
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title)

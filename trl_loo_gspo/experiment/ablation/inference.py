@@ -1,7 +1,10 @@
 """The inference sections of an ablation report (method §5.2), from run records alone: the pre-registered primary
-contrast tested alone, the component contrasts as one Holm family (paired t and exact sign-flip side by side, the
-minimum detectable effect at the corrected level with its uncertainty), compute–performance curves fitted per
-variant (:mod:`.curves`), and the variants at the plan's ``common_rate``.
+contrast tested alone, the component contrasts and the option contrasts each as one Holm family (paired t and exact
+sign-flip side by side, the minimum detectable effect at the corrected level with its uncertainty),
+compute–performance curves fitted per variant (:mod:`.curves`), and the variants at the plan's ``common_rate``.
+
+Every section reads the plan's declared ``primary_metric`` (:data:`METRICS`: which record fields hold its final value,
+its curve and its warm-start value; :func:`finals`, :func:`curves`, :func:`warm_start`).
 
 Like :mod:`.report` it trains nothing and changes no record, so :mod:`.provenance` leaves it out of the source hash.
 """
@@ -9,11 +12,13 @@ Like :mod:`.report` it trains nothing and changes no record, so :mod:`.provenanc
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import exact
 from .curves import CurveFit, bootstrap_fit, fit_table, plot_curves
 from .plan import AblationPlan
+from .stats import curve_area
 
 #: Seed-bootstrap refits per variant for the curve intervals (deterministic: seed 0).
 CURVE_BOOTSTRAP = 200
@@ -22,14 +27,70 @@ MIN_CURVE_POINTS = 3
 ALPHA = 0.05
 
 
-def finals(runs: dict[int, dict]) -> dict[int, float]:
-    """Final pass rate by seed."""
-    return {s: r["final_pass_rate"] for s, r in runs.items()}
+@dataclass(frozen=True)
+class Metric:
+    """Where a run record keeps one pass-rate metric, and the name the report's tables give it."""
+
+    final: str  # the final value
+    curve: str  # [[generated tokens, value], ...] at every evaluation point
+    area: str  # the curve's normalised area up to the run's budget (records made before #47 lack greedy_auc)
+    start: str  # the warm start's value (evaluation at 0 tokens; records made before #47 lack it)
+    label: str  # in table headings: "Δ {label}"
+    description: str  # in prose
 
 
-def paired(a: dict[int, dict], b: dict[int, dict]) -> list[float]:
-    """``a − b`` final pass rates over the seeds both have, in seed order."""
-    fa, fb = finals(a), finals(b)
+#: The plan's ``primary_metric`` values: "sampled" (the pass rate of answers sampled at the training temperature, the
+#: report's metric before #47, with its wording) and "greedy" (greedy pass@1, which a lower entropy cannot raise).
+METRICS = {
+    "sampled": Metric(
+        "final_pass_rate", "curve", "auc", "start_pass_rate", "final pass rate", "final sampled pass rate"
+    ),
+    "greedy": Metric(
+        "final_pass_at_1", "greedy_curve", "greedy_auc", "start_pass_at_1", "greedy pass@1", "final greedy pass@1"
+    ),
+}
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def finals(runs: dict[int, dict], metric: str = "sampled") -> dict[int, float]:
+    """The final value of ``metric`` (:data:`METRICS`) by seed; seeds whose record lacks it are left out."""
+    key = METRICS[metric].final
+    return {s: float(r[key]) for s, r in runs.items() if _number(r.get(key))}
+
+
+def curves_by_seed(runs: dict[int, dict], metric: str = "sampled") -> dict[int, list[tuple[float, float]]]:
+    """The curve of ``metric`` (:data:`METRICS`), (generated tokens, value) per evaluation point, by seed; seeds
+    whose record lacks it are left out."""
+    key = METRICS[metric].curve
+    return {s: [(float(t), float(p)) for t, p in r[key]] for s, r in runs.items() if r.get(key)}
+
+
+def areas(runs: dict[int, dict], metric: str, budget: float) -> dict[int, float]:
+    """The normalised area under the curve of ``metric`` by seed: the record's (the runner's, cut at the run's
+    budget), else the area of the record's curve cut at ``budget``; seeds with neither are left out."""
+    key, seed_curves = METRICS[metric].area, curves_by_seed(runs, metric)
+    values = {s: float(r[key]) for s, r in runs.items() if _number(r.get(key))}
+    return {**{s: curve_area(c, budget) for s, c in seed_curves.items() if s not in values}, **values}
+
+
+def warm_start(by_name: dict[str, dict[int, dict]], key: str) -> dict[int, float]:
+    """The warm start's value of the record field ``key`` (e.g. ``start_pass_at_1``) by seed: every run of a seed
+    starts from the same policy and is evaluated before its first step, so the first record of each seed that has
+    the field gives it. Empty when no record has it (records made before #47)."""
+    values: dict[int, float] = {}
+    for runs in by_name.values():
+        for seed, r in runs.items():
+            if seed not in values and _number(r.get(key)):
+                values[seed] = float(r[key])
+    return values
+
+
+def paired(a: dict[int, dict], b: dict[int, dict], metric: str = "sampled") -> list[float]:
+    """``a − b`` final values of ``metric`` over the seeds both have, in seed order."""
+    fa, fb = finals(a, metric), finals(b, metric)
     return [fa[s] - fb[s] for s in sorted(set(fa) & set(fb))]
 
 
@@ -52,7 +113,7 @@ def primary_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]]) -> 
     if not plan.primary:
         return []
     a, b = plan.primary
-    diffs = paired(by_name.get(a, {}), by_name.get(b, {}))
+    diffs = paired(by_name.get(a, {}), by_name.get(b, {}), plan.primary_metric)
     test = exact.test_contrast(f"{a} − {b}", diffs)
     if test.n < 2:
         return ["", "## Primary contrast", "", f"{a} − {b}: fewer than 2 paired seeds."]
@@ -62,8 +123,8 @@ def primary_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]]) -> 
         "",
         "## Primary contrast (pre-registered, tested alone at the 5% level)",
         "",
-        "| contrast | n | Δ final pass rate | 95% CI | p (paired t) | p (exact sign-flip) | t test | sign-flip test "
-        "| MDE [95% interval] |",
+        f"| contrast | n | Δ {METRICS[plan.primary_metric].label} | 95% CI | p (paired t) | p (exact sign-flip) "
+        "| t test | sign-flip test | MDE [95% interval] |",
         "|---|---|---|---|---|---|---|---|---|",
         f"| {a} − {b} | {test.n} | {test.mean:+.3f} | {ci} | {_p(test.t_p)} | {_p(test.sign_flip_p)} | "
         f"{detected[test.t_p < ALPHA]} | {detected[test.sign_flip_p < ALPHA]} | {_mde_cell(diffs, ALPHA)} |",
@@ -75,29 +136,47 @@ def primary_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]]) -> 
     ]
 
 
-def family_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]]) -> list[str]:
-    """The plan's ``contrasts`` as one family: raw figures, then Holm's correction on the paired t and on the exact
-    sign-flip p-values, and the MDE at the corrected level (Bonferroni's α/m, the level Holm's first step uses)."""
-    if not plan.contrasts:
+def family_titles(plan: AblationPlan) -> list[tuple[list[list[str]], str]]:
+    """``(pairs, title)`` of each family of contrasts the plan declares, in order: its ``contrasts`` ("Component
+    contrasts"), then its ``option_contrasts`` ("Option contrasts"); numbered "Family 1 — …" and "Family 2 — …" when
+    both are declared (each is Holm-corrected within itself)."""
+    families = [(pairs, title) for pairs, title in ((plan.contrasts, "Component contrasts"),
+                                                    (plan.option_contrasts, "Option contrasts")) if pairs]  # fmt: skip
+    if len(families) < 2:
+        return families
+    return [(pairs, f"Family {i} — {title[0].lower()}{title[1:]}") for i, (pairs, title) in enumerate(families, 1)]
+
+
+def family_section(
+    plan: AblationPlan,
+    by_name: dict[str, dict[int, dict]],
+    pairs: list[list[str]] | None = None,
+    title: str = "Component contrasts",
+) -> list[str]:
+    """One family of contrasts (``pairs``, default the plan's ``contrasts``) under ``title``: raw figures, then
+    Holm's correction within the family on the paired t and on the exact sign-flip p-values, and the MDE at the
+    corrected level (Bonferroni's α/m, the level Holm's first step uses)."""
+    pairs = plan.contrasts if pairs is None else pairs
+    if not pairs:
         return []
     tests, diffs = [], []
-    for a, b in plan.contrasts:
-        d = paired(by_name.get(a, {}), by_name.get(b, {}))
+    for a, b in pairs:
+        d = paired(by_name.get(a, {}), by_name.get(b, {}), plan.primary_metric)
         diffs.append(d)
         tests.append(exact.test_contrast(f"{a} − {b}", d) if d else None)
     usable = [t for t in tests if t is not None and t.n >= 2]
     family = len(usable)
     if not family:
-        return ["", "## Component contrasts", "", "No contrast has 2 paired seeds yet: no test."]
+        return ["", f"## {title}", "", "No contrast has 2 paired seeds yet: no test."]
     adjusted = {row["name"]: row for row in exact.holm_family(usable, ALPHA)} if usable else {}
     level = ALPHA / max(family, 1)
     smallest = min((exact.smallest_sign_flip_p(t.n) for t in usable), default=math.nan)
     lines = [
         "",
-        f"## Component contrasts as one family of {family} (Holm-corrected)",
+        f"## {title} as one family of {family} (Holm-corrected)",
         "",
-        "| contrast | n | Δ final pass rate | raw 95% CI | p (paired t) | Holm p (t) | p (exact sign-flip) "
-        f"| Holm p (sign-flip) | after correction | MDE at α/{family} [95% interval] |",
+        f"| contrast | n | Δ {METRICS[plan.primary_metric].label} | raw 95% CI | p (paired t) | Holm p (t) "
+        f"| p (exact sign-flip) | Holm p (sign-flip) | after correction | MDE at α/{family} [95% interval] |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for test, d in zip(tests, diffs, strict=True):
@@ -122,40 +201,54 @@ def family_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]]) -> l
     return lines
 
 
-def curve_fits(by_name: dict[str, dict[int, dict]]) -> dict[str, CurveFit | None]:
-    """The seed-bootstrapped sigmoid of each variant (``None`` with too few evaluation points or seeds)."""
+def fittable(seed_curves: list[list[tuple[float, float]]]) -> bool:
+    """Whether a variant's curves can be fitted: 2 or more seeds, each with its start point (0 tokens), and
+    :data:`MIN_CURVE_POINTS` or more distinct evaluation points past the start."""
+    points = {t for curve in seed_curves for t, _ in curve if t > 0}
+    has_start = all(any(t == 0 for t, _ in curve) for curve in seed_curves)
+    return len(points) >= MIN_CURVE_POINTS and len(seed_curves) >= 2 and has_start
+
+
+def curve_fits(by_name: dict[str, dict[int, dict]], metric: str = "sampled") -> dict[str, CurveFit | None]:
+    """The seed-bootstrapped sigmoid of each variant's ``metric`` curves (``None`` with too few evaluation points or
+    seeds)."""
     fits: dict[str, CurveFit | None] = {}
     for name, runs in by_name.items():
-        curves = [[(float(t), float(p)) for t, p in r["curve"]] for r in runs.values()]
-        points = {t for curve in curves for t, _ in curve if t > 0}
-        has_start = all(any(t == 0 for t, _ in curve) for curve in curves)
-        if len(points) < MIN_CURVE_POINTS or len(curves) < 2 or not has_start:
-            fits[name] = None
-            continue
-        fits[name] = bootstrap_fit(curves, n_boot=CURVE_BOOTSTRAP, seed=0)
+        seed_curves = list(curves_by_seed(runs, metric).values())
+        fits[name] = bootstrap_fit(seed_curves, n_boot=CURVE_BOOTSTRAP, seed=0) if fittable(seed_curves) else None
     return fits
 
 
 def curves_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]], figure: Path | None = None) -> list[str]:
     """ScaleRL's compute–performance fit per variant, pooled over seeds, with seed-bootstrap intervals; writes the
     figure when ``figure`` is given."""
-    fits = curve_fits(by_name)
+    metric = plan.primary_metric
+    fits = curve_fits(by_name, metric)
     fitted = {name: fit for name, fit in fits.items() if fit is not None}
     if figure is not None and fitted:
-        groups = {name: ([r["curve"] for r in by_name[name].values()], fits[name]) for name in by_name}
+        groups = {name: (list(curves_by_seed(by_name[name], metric).values()), fits[name]) for name in by_name}
+        what = "pass rate" if metric == "sampled" else METRICS[metric].label
         plot_curves(
-            groups, figure, f"{plan.eval_split.capitalize()} pass rate vs generated tokens, sigmoid fit per variant"
+            groups,
+            figure,
+            f"{plan.eval_split.capitalize()} {what} vs generated tokens, sigmoid fit per variant",
+            ylabel=f"held-out {what}" + (" (sampled)" if metric == "sampled" else ""),
         )
     if not fitted:
         return []
-    mean_final = {name: sum(finals(runs).values()) / len(runs) for name, runs in by_name.items() if runs}
-    mean_area = {name: sum(r["auc"] for r in runs.values()) / len(runs) for name, runs in by_name.items() if runs}
+    mean_final = {name: _mean(finals(runs, metric)) for name, runs in by_name.items() if finals(runs, metric)}
+    mean_area = {
+        name: _mean(areas(runs, metric, plan.rollout_tokens))
+        for name, runs in by_name.items()
+        if areas(runs, metric, plan.rollout_tokens)
+    }
     skipped = sorted(set(fits) - set(fitted))
     lines = [
         "",
         "## Compute–performance curves (ScaleRL's sigmoid)",
         "",
-        "R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) (ScaleRL, Meta 2025) fitted to every evaluation point of every "
+        ("" if metric == "sampled" else f"Curves of the primary metric, {METRICS[metric].description}. ")
+        + "R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) (ScaleRL, Meta 2025) fitted to every evaluation point of every "
         "seed of a variant (C: "
         f"generated tokens; R0: the mean pass rate before training); intervals: {CURVE_BOOTSTRAP} refits on seeds "
         "resampled with replacement (percentiles). A is the ceiling, B and C_mid the efficiency. A ceiling is only "
@@ -173,11 +266,16 @@ def curves_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]], figu
     return lines
 
 
+def _mean(values: dict[int, float]) -> float:
+    return sum(values.values()) / len(values)
+
+
 def common_rate_section(plan: AblationPlan, common: dict[str, dict[int, dict]]) -> list[str]:
     """Every variant at the plan's pre-declared ``common_rate``: each against the baseline, and the contrasts."""
     if plan.common_rate is None or not common:
         return []
     base = plan.baseline.get("name", "baseline")
+    metric = plan.primary_metric
     lines = [
         "",
         f"## Every variant at one common learning rate ({plan.common_rate:g}, declared before the sweep)",
@@ -186,30 +284,31 @@ def common_rate_section(plan: AblationPlan, common: dict[str, dict[int, dict]]) 
         "run whose choice was this rate is the study's own run; ablations train at their root's rate in the study "
         "already). Raw paired figures: a check on how much the answer depends on the sweep.",
         "",
-        "| variant | n | final pass rate | Δ vs baseline | 95% CI | p (paired t) | p (exact sign-flip) |",
+        f"| variant | n | {METRICS[metric].label} | Δ vs baseline | 95% CI | p (paired t) | p (exact sign-flip) |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, runs in common.items():
-        mean = sum(finals(runs).values()) / len(runs)
+        values = finals(runs, metric)
+        mean = f"{_mean(values):.3f}" if values else "—"
         if name == base:
-            lines.append(f"| {name} (baseline) | {len(runs)} | {mean:.3f} | — | — | — | — |")
+            lines.append(f"| {name} (baseline) | {len(values)} | {mean} | — | — | — | — |")
             continue
-        lines.append(f"| {name} | {len(runs)} | {mean:.3f} | {_contrast_cells(common, name, base)} |")
+        lines.append(f"| {name} | {len(values)} | {mean} | {_contrast_cells(common, name, base, metric)} |")
     lines += [
         "",
-        "| contrast | n | Δ final pass rate | 95% CI | p (paired t) | p (exact sign-flip) |",
+        f"| contrast | n | Δ {METRICS[metric].label} | 95% CI | p (paired t) | p (exact sign-flip) |",
         "|---|---|---|---|---|---|",
     ]
-    for a, b in ([plan.primary] if plan.primary else []) + plan.contrasts:
+    for a, b in ([plan.primary] if plan.primary else []) + plan.contrasts + plan.option_contrasts:
         if a not in common or b not in common:
             continue
-        lines.append(f"| {a} − {b} | {len(paired(common.get(a, {}), common.get(b, {})))} | "
-                     f"{_contrast_cells(common, a, b)} |")  # fmt: skip
+        lines.append(f"| {a} − {b} | {len(paired(common.get(a, {}), common.get(b, {}), metric))} | "
+                     f"{_contrast_cells(common, a, b, metric)} |")  # fmt: skip
     return lines
 
 
-def _contrast_cells(by_name: dict[str, dict[int, dict]], a: str, b: str) -> str:
-    d = paired(by_name.get(a, {}), by_name.get(b, {}))
+def _contrast_cells(by_name: dict[str, dict[int, dict]], a: str, b: str, metric: str = "sampled") -> str:
+    d = paired(by_name.get(a, {}), by_name.get(b, {}), metric)
     if len(d) < 2:
         return "— | — | — | —"
     t = exact.test_contrast(f"{a} − {b}", d)

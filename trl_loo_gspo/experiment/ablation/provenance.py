@@ -29,7 +29,8 @@ _LIBRARIES = ("torch", "transformers", "trl", "peft")
 #: Modules that only read run records to write the report (they train nothing and change no record), left out of
 #: the source hash so that a report can be improved and rewritten from committed records without retraining them.
 REPORT_ONLY = tuple(
-    f"experiment/ablation/{name}.py" for name in ("report", "inference", "curves", "exact", "multiplicity")
+    f"experiment/ablation/{name}.py"
+    for name in ("report", "inference", "curves", "exact", "multiplicity", "secondaries", "curve_pairs")
 )
 
 

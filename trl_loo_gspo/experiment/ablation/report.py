@@ -4,11 +4,14 @@
 This module only reads records (it trains nothing and changes no record), so it is left out of the source hash of
 :mod:`.provenance`: a report can be improved and rewritten from committed records without retraining them.
 
-The report: each variant against the baseline (paired by seed); the plan's ``primary`` contrast tested alone (paired
-t and exact sign-flip p, the minimum detectable effect with its uncertainty); the ``contrasts`` as one family with
-Holm's correction on both tests and the MDE at the corrected level; compute–performance curves fitted per variant
-(:mod:`.curves`, ScaleRL's sigmoid); the variants at the plan's ``common_rate``; the sweep; what each variant did
-with the budget; the caveats.
+The report, on the plan's declared ``primary_metric`` (:data:`.inference.METRICS`): each variant against the baseline
+(paired by seed), below the warm start's value (no training) where the records keep it; the plan's ``primary``
+contrast tested alone (paired t and exact sign-flip p, the minimum detectable effect with its uncertainty); the
+``contrasts`` and the ``option_contrasts`` each as one family with Holm's correction on both tests and the MDE at the
+corrected level; the declared secondary metrics with the same statistics (:mod:`.secondaries`); compute–performance
+curves fitted per variant (:mod:`.curves`, ScaleRL's sigmoid) and the paired curve differences of each contrast
+(:mod:`.curve_pairs`); the variants at the plan's ``common_rate``; the sweep; what each variant did with the budget;
+where the clip bites; the caveats.
 """
 
 from __future__ import annotations
@@ -19,9 +22,22 @@ import os
 import warnings
 from pathlib import Path
 
-from .inference import common_rate_section, curves_section, family_section, finals, primary_section
+from .curve_pairs import curve_pairs_section
+from .inference import (
+    METRICS,
+    areas,
+    common_rate_section,
+    curves_by_seed,
+    curves_section,
+    family_section,
+    family_titles,
+    finals,
+    primary_section,
+    warm_start,
+)
 from .multiplicity import holm, paired_p_value, simultaneous_interval
 from .plan import AblationPlan
+from .secondaries import WARM_START, secondaries_section
 from .stats import differences_sd, minimum_detectable_effect, paired_difference, seeds_needed, verdict
 from .sweep import sweep_section
 
@@ -107,7 +123,7 @@ def write_outputs(
             written.append(curves)
     finally:
         figure.unlink(missing_ok=True)
-    plot(records, plot_path)
+    plot(records, plot_path, plan.primary_metric)
     written.append(plot_path)
     return written
 
@@ -126,27 +142,33 @@ def report(
     common_records: list[dict] | None = None,
     figure: Path | None = None,
 ) -> str:
-    """The Markdown report: each variant vs the baseline (paired by seed), the primary contrast, the component
-    family, compute curves (their figure written to ``figure`` when given), the common rate, the sweep, diagnostics,
-    caveats."""
+    """The Markdown report: each variant vs the baseline (paired by seed) under the warm start's value, the primary
+    contrast, the two families of contrasts, the secondary metrics, compute curves (their figure written to
+    ``figure`` when given) and paired curve differences, the common rate, the sweep, diagnostics, the clip, caveats."""
     base_name = plan.baseline.get("name", "baseline")
     by_name = _by_name(records)
     baseline = by_name.get(base_name, {})
     round_tokens = plain_round_tokens(plan, baseline)
+    metric = METRICS[plan.primary_metric]
+    declared = "" if plan.primary_metric == "sampled" else " (declared in the plan: `primary_metric: greedy`)"
     lines = [
         f"# Ablation report: {plan.task}, {plan.rollout_tokens:,} rollout tokens per run, seeds {plan.seeds}",
         "",
         f"Baseline: `{base_name}` ({'stock TRL GRPO' if plan.stock_baseline else 'LooGspoTrainer'}). "
-        "Primary metric: final sampled pass rate on the held-out "
+        f"Primary metric{declared}: {metric.description} on the held-out "
         "validation split; differences are paired by seed with a 95% t interval over seeds.",
         "",
-        "| variant | n | final pass rate | Δ vs baseline | 95% CI | Δ AUC | verdict | MDE | seeds for Δ "
+        f"| variant | n | {metric.label} | Δ vs baseline | 95% CI | Δ AUC | verdict | MDE | seeds for Δ "
         "| gen. tokens | overshoot | eff. tokens |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    start = warm_start(by_name, metric.start)
+    if start:
+        lines.append(f"| {WARM_START} | {len(start)} | {sum(start.values()) / len(start):.3f} | — | — | — | — | — | — "
+                     "| 0 | — | — |")  # fmt: skip
     for name, runs in by_name.items():
-        final = {s: r["final_pass_rate"] for s, r in runs.items()}
-        mean_final = sum(final.values()) / len(final)
+        final = finals(runs, plan.primary_metric)
+        mean_final = sum(final.values()) / len(final) if final else math.nan
         gen = sum(r["generated_tokens"] for r in runs.values()) / len(runs)
         over = f"{gen / plan.rollout_tokens - 1:+.1%}"  # generated tokens past the equal budget
         if round_tokens:
@@ -160,7 +182,7 @@ def report(
                 f"| {eff} |"
             )
             continue
-        n, cells = _paired_cells(runs, baseline)
+        n, cells = _paired_cells(plan, runs, baseline)
         lines.append(f"| {name} | {n} | {mean_final:.3f} | {cells} | {gen:,.0f} | {over} | {eff} |")
     lines += [
         "",
@@ -175,10 +197,22 @@ def report(
             else "."
         ),
     ]
+    if start:
+        lines += [
+            "",
+            f"{WARM_START}: the policy every run starts from, evaluated before its first step (mean over the "
+            f"{len(start)} seeds; the same for every variant of a seed).",
+        ]
     lines += primary_section(plan, by_name)
-    lines += contrast_section(plan, by_name)
-    lines += family_section(plan, by_name)
+    families = family_titles(plan)
+    for pairs, title in families:
+        # (the component family alone keeps the heading it had before the option family existed)
+        lines += contrast_section(plan, by_name, pairs, title if len(families) > 1 or not plan.contrasts else None)
+    for pairs, title in families:
+        lines += family_section(plan, by_name, pairs, title)
+    lines += secondaries_section(plan, by_name)
     lines += curves_section(plan, by_name, figure)
+    lines += curve_pairs_section(plan, by_name)
     lines += common_rate_section(plan, _by_name(common_records or []))
     lines += sweep_section(plan, sweep_records or [])
     lines += diagnostics_section(by_name)
@@ -217,13 +251,13 @@ def _within_one_round(plan: AblationPlan, by_name: dict[str, dict[int, dict]], r
     return "Every run of every variant stopped within one plain round of the budget."
 
 
-def _paired_cells(a: dict[int, dict], b: dict[int, dict]) -> tuple[int, str]:
-    """``(n, cells)``: the paired figures of ``a − b`` over the seeds both have, as table cells — Δ final pass rate,
-    95% CI, Δ AUC, verdict, minimum detectable effect, seeds that would make Δ detectable."""
-    diff = paired_difference(
-        {s: r["final_pass_rate"] for s, r in b.items()}, {s: r["final_pass_rate"] for s, r in a.items()}
-    )
-    auc = paired_difference({s: r["auc"] for s, r in b.items()}, {s: r["auc"] for s, r in a.items()})
+def _paired_cells(plan: AblationPlan, a: dict[int, dict], b: dict[int, dict]) -> tuple[int, str]:
+    """``(n, cells)``: the paired figures of ``a − b`` over the seeds both have, as table cells — Δ of the plan's
+    primary metric, 95% CI, Δ AUC (of its curve), verdict, minimum detectable effect, seeds that would make Δ
+    detectable."""
+    metric, budget = plan.primary_metric, plan.rollout_tokens
+    diff = paired_difference(finals(b, metric), finals(a, metric))
+    auc = paired_difference(areas(b, metric, budget), areas(a, metric, budget))
     ci = f"[{diff.low:+.3f}, {diff.high:+.3f}]" if diff.n >= 2 else "n < 2"
     sd = differences_sd(diff)
     mde = minimum_detectable_effect(sd, diff.n)
@@ -232,23 +266,31 @@ def _paired_cells(a: dict[int, dict], b: dict[int, dict]) -> tuple[int, str]:
     return diff.n, f"{diff.mean:+.3f} | {ci} | {auc.mean:+.3f} | {verdict(diff)} | {mde_cell} | {needed or '—'}"
 
 
-def contrast_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]]) -> list[str]:
-    """The plan's ``contrasts`` (e.g. a component added to GSPO, or removed from the full combination), paired; then
-    the same contrasts corrected for their number (Holm's p-values, Bonferroni simultaneous intervals)."""
-    if not plan.contrasts:
+def contrast_section(
+    plan: AblationPlan,
+    by_name: dict[str, dict[int, dict]],
+    pairs: list[list[str]] | None = None,
+    title: str | None = None,
+) -> list[str]:
+    """One family of contrasts (``pairs``, default the plan's ``contrasts``: e.g. a component added to GSPO, or
+    removed from the full combination), paired; then the same contrasts corrected for their number (Holm's p-values,
+    Bonferroni simultaneous intervals). ``title``: the family's name in the heading (none: "Contrasts")."""
+    pairs = plan.contrasts if pairs is None else pairs
+    if not pairs:
         return []
+    metric = plan.primary_metric
     lines = [
         "",
-        "## Contrasts between variants (a − b, paired by seed)",
+        f"## {title or 'Contrasts'} between variants (a − b, paired by seed)",
         "",
-        "| contrast | n | Δ final pass rate | 95% CI | Δ AUC | verdict | MDE | seeds for Δ |",
+        f"| contrast | n | Δ {METRICS[metric].label} | 95% CI | Δ AUC | verdict | MDE | seeds for Δ |",
         "|---|---|---|---|---|---|---|---|",
     ]
     diffs = []
-    for a, b in plan.contrasts:
-        n, cells = _paired_cells(by_name.get(a, {}), by_name.get(b, {}))
+    for a, b in pairs:
+        n, cells = _paired_cells(plan, by_name.get(a, {}), by_name.get(b, {}))
         lines.append(f"| {a} − {b} | {n} | {cells} |")
-        diffs.append(paired_difference(finals(by_name.get(b, {})), finals(by_name.get(a, {}))))
+        diffs.append(paired_difference(finals(by_name.get(b, {}), metric), finals(by_name.get(a, {}), metric)))
     family = len(diffs)
     p_values = [paired_p_value(d) for d in diffs]
     lines += [
@@ -259,7 +301,7 @@ def contrast_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]]) ->
         "| contrast | p (paired t) | Holm p | simultaneous 95% CI | verdict after correction |",
         "|---|---|---|---|---|",
     ]
-    for (a, b), diff, p, adjusted in zip(plan.contrasts, diffs, p_values, holm(p_values), strict=True):
+    for (a, b), diff, p, adjusted in zip(pairs, diffs, p_values, holm(p_values), strict=True):
         low, high = simultaneous_interval(diff, family)
         ci = "n < 2" if math.isnan(low) else f"[{low:+.3f}, {high:+.3f}]"
         verdict_cell = "—" if math.isnan(adjusted) else ("detected" if adjusted < 0.05 else "not detected")
@@ -395,16 +437,18 @@ def process_section(records: list[dict]) -> list[str]:
     return lines
 
 
-def plot(records: list[dict], path: Path) -> None:
-    """Validation pass rate vs rollout tokens per variant (mean and min–max over seeds), saved to ``path``."""
+def plot(records: list[dict], path: Path, metric: str = "sampled") -> None:
+    """Validation pass rate vs rollout tokens per variant (mean and min–max over seeds), saved to ``path``: the
+    curve of ``metric`` (:data:`.inference.METRICS`; runs whose record lacks it are left out)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     by_name: dict[str, list[list[tuple[float, float]]]] = {}
-    for r in records:
-        by_name.setdefault(r["name"], []).append([tuple(p) for p in r["curve"]])
+    for name, runs in _by_name(records).items():
+        for curve in curves_by_seed(runs, metric).values():
+            by_name.setdefault(name, []).append(curve)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for index, (name, curves) in enumerate(by_name.items()):
         grid = sorted({t for curve in curves for t, _ in curve})
@@ -415,7 +459,7 @@ def plot(records: list[dict], path: Path) -> None:
         ax.plot(grid, mean, color=f"C{index}", label=f"{name} (n={len(curves)})")
         ax.fill_between(grid, low, high, color=f"C{index}", alpha=0.15)
     ax.set_xlabel("rollout tokens (generated)")
-    ax.set_ylabel("validation pass rate (sampled)")
+    ax.set_ylabel("validation pass rate (sampled)" if metric == "sampled" else f"validation {METRICS[metric].label}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("Equal-budget ablation: mean and min–max over seeds")
