@@ -277,3 +277,14 @@ def test_the_ablation_report_prints_where_each_variants_clip_bit():
     assert table[0].startswith("| full | 0 | 0.500 |") and table[1].startswith("| full | 1 | 0.625 | 0.750 | 0.500 |")
     assert not [line for line in lines if line.startswith("| grpo |")]  # TRL's loss keeps no per-answer decisions
     assert clip_section({"grpo": {0: {"clip_stats": None}}}) == []
+
+
+def test_the_clip_section_names_the_variants_without_a_per_answer_record():
+    from trl_loo_gspo.experiment.ablation.report import clip_section
+
+    tally: dict = {}
+    tally_step(tally, worked_rows(position=1), length_edges(6))
+    full = {0: {"clip_stats": tally_summary(tally)}}
+    lines = clip_section({"grpo": {0: {"clip_stats": None}}, "full": full, "cispo": {0: {}, 1: {"clip_stats": None}}})
+    assert lines[-1].startswith("Not recorded per answer (TRL computes the loss") and "grpo, cispo;" in lines[-1]
+    assert not clip_section({"full": full})[-1].startswith("Not recorded")

@@ -364,9 +364,10 @@ def diagnostics_section(by_name: dict[str, dict[int, dict]]) -> list[str]:
 
 def clip_section(by_name: dict[str, dict[int, dict]]) -> list[str]:
     """Where each variant's clip bit, by the step's position in its generation round (runs of our loss only: the
-    records' ``clip_stats``): the clipped fraction of answers with Â ≠ 0 and the p90 of |log s_i|, means over seeds.
-    Empty when no run kept them."""
+    records' ``clip_stats``): the clipped fraction of answers with Â ≠ 0 and the p90 of |log s_i|, means over seeds;
+    then the variants none of whose runs kept them. Empty when no run kept them."""
     rows: list[str] = []
+    unrecorded = [name for name, runs in by_name.items() if not any(r.get("clip_stats") for r in runs.values())]
     for name, runs in by_name.items():
         stats = [r["clip_stats"] for r in runs.values() if r.get("clip_stats")]
         positions = sorted({p for st in stats for p in st["by_position"]}, key=int)
@@ -396,7 +397,15 @@ def clip_section(by_name: dict[str, dict[int, dict]]) -> list[str]:
         "| variant | position | clipped | upper | lower | \\|log s\\| p50 | \\|log s\\| p90 | grad. answers |",
         "|---|---|---|---|---|---|---|---|",
         *rows,
-    ]
+    ] + (
+        [
+            "",
+            "Not recorded per answer (TRL computes the loss and keeps no per-answer decisions): "
+            f"{', '.join(unrecorded)}; their token-weighted clipped fraction is the diagnostics' 'clipped tokens'.",
+        ]
+        if unrecorded
+        else []
+    )
 
 
 def process_section(records: list[dict]) -> list[str]:
