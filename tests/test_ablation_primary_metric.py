@@ -152,3 +152,25 @@ def test_finals_leave_out_a_seed_without_the_metric():
     runs = {0: {"final_pass_rate": 0.5}, 1: {"final_pass_rate": 0.25, "final_pass_at_1": 0.75}}
     assert finals(runs) == {0: 0.5, 1: 0.25} and finals(runs, "greedy") == {1: 0.75}
     assert math.isnan(finals({0: {"final_pass_rate": math.nan}})[0])  # kept as before: a NaN run is visible
+
+
+def test_write_outputs_with_a_greedy_primary_plots_the_greedy_curves(tmp_path, monkeypatch):
+    from trl_loo_gspo.experiment.ablation import report as report_module
+
+    plotted: list = []
+    real_plot = report_module.plot
+
+    def spy(rows, path, metric="sampled"):
+        plotted.append(metric)
+        real_plot(rows, path, metric)
+
+    monkeypatch.setattr(report_module, "plot", spy)
+    study = plan(output_dir=str(tmp_path), primary=["full", "grpo"], primary_metric="greedy")
+    written = report_module.write_outputs(study, records())
+    assert plotted == ["greedy"] and [p.name for p in written] == [
+        "results.csv",
+        "report.md",
+        "pass_rate_vs_tokens.png",
+    ]
+    assert (tmp_path / "pass_rate_vs_tokens.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| warm start (no training) | 3 | 0.750 |" in (tmp_path / "report.md").read_text()
