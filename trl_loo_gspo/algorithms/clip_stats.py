@@ -5,7 +5,8 @@ gathers the rows of every process and micro-batch and logs the summary (docs/met
 A *position* is the number of optimizer steps between the answer's generation round and the step that trains on it:
 0 on the first step of a round (the weights that computed the old log-probabilities: ``s_i = 1`` up to numerical
 noise), 1, 2, … on the later steps of the same round (*off-policy* answers: the only ones the clip can act on).
-An answer *carries a gradient* when ``Â_i ≠ 0`` and not all of its valid tokens are on a clipped (constant) branch.
+An answer *carries a gradient* when ``Â_i ≠ 0`` and not all of its valid tokens are on a clipped (constant) branch
+(with a response-level ratio, an answer the §5.1 outer guard clamped is constant too).
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ def clip_rows(
 
     ``log_ratio``: the log of the ratio the loss clipped (``log s_i``); ``clipped_low`` / ``clipped_high``: the
     loss's own decisions (an answer with a clipped token, for a loss that clips per token); ``clipped_tokens``: the
-    answer's valid tokens on a clipped branch (``T_i`` or 0 for a response-level clip); ``position``: the step's
-    position inside the answers' generation round."""
+    answer's valid tokens on a constant (zero-gradient) branch (``T_i`` or 0 for a response-level ratio: clipped, or
+    clamped by the outer guard); ``position``: the step's position inside the answers' generation round."""
     valid = lengths > 0
     columns = [
         log_ratio.detach(),

@@ -35,17 +35,25 @@ def fresh_round(round_step: int, global_step: int) -> bool:
 
 
 def noise_rows(
-    log_ratio: torch.Tensor, clipped: torch.Tensor, valid: torch.Tensor, epsilon_low: float, epsilon_high: float
+    log_ratio: torch.Tensor,
+    clipped: torch.Tensor,
+    valid: torch.Tensor,
+    epsilon_low: float | None,
+    epsilon_high: float | None,
 ) -> torch.Tensor:
     """``(N, 3)`` float64 rows ``[|log s_i|, clipped_i, out_of_range_i]``, NaN rows where ``valid`` is false (no
     host sync: masked, not indexed).
 
     ``clipped``: the loss's own decision (the zero-gradient branch, which depends on the sign of Â_i);
-    ``out_of_range``: ``s_i`` outside ``[1 − ε_low, 1 + ε_high]``, what the clip would do to either sign.
+    ``out_of_range``: ``s_i`` outside ``[1 − ε_low, 1 + ε_high]``, what the clip would do to either sign (never, for a
+    loss without a clip range: ``epsilon_low`` / ``epsilon_high`` ``None``).
     """
     log_ratio = log_ratio.detach().to(torch.float64)
     s = torch.exp(log_ratio)
-    out = (s < 1.0 - epsilon_low) | (s > 1.0 + epsilon_high)
+    if epsilon_low is None or epsilon_high is None:
+        out = torch.zeros_like(s, dtype=torch.bool)
+    else:
+        out = (s < 1.0 - epsilon_low) | (s > 1.0 + epsilon_high)
     rows = torch.stack([log_ratio.abs(), clipped.to(torch.float64), out.to(torch.float64)], dim=1)
     return torch.where(valid.unsqueeze(1), rows, torch.full_like(rows, torch.nan))
 

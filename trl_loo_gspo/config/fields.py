@@ -42,12 +42,16 @@ class LooGspoConfig(GRPOConfig):
         policy_loss (`str` or `None`, *optional*, defaults to `None` = `"response_clip"` with our loss):
             The policy loss of our loss path (method §3.2), by name in `trl_loo_gspo.algorithms.losses.LOSSES`:
             `"response_clip"` (GSPO's response-level clipping), `"token_clip"` (per token; the default with
-            `importance_sampling_level="token"`), or one registered with `register_loss`.
+            `importance_sampling_level="token"`), `"response_unclipped"` (GSPO's sequence ratio with no clip range,
+            ℓ_i = −s_i Â_i, bounded by `log_ratio_clamp` alone, which it requires; `epsilon`, `epsilon_high`,
+            `clip_target_fraction` and `entropy_feedback` are refused with it; method §5.1), or one registered with
+            `register_loss`.
         log_ratio_clamp (`float` or `None`, *optional*, defaults to `None`):
             Outer guard (method §5.1): clamp the sequence log-ratio log s_i to [−c, c] *before* `exp` and before the
             clipped loss; non-finite log-ratios are clamped too. Clamped answers get zero gradient. `None` turns it
-            off. Must be wider than the clip range: c > max(log(1+ε_high), −log(1−ε_low)). The fraction of answers
-            where it fired is logged as `guard/trigger_fraction`.
+            off. Must be wider than the clip range: c > max(log(1+ε_high), −log(1−ε_low)); with
+            `policy_loss="response_unclipped"` it is required and any finite c > 0 (the loss's only parameter). The
+            fraction of answers where it fired is logged as `guard/trigger_fraction`.
         signal_tolerance (`float`, *optional*, defaults to `1e-6`):
             A group carries a comparison signal when its scorable rewards spread by more than this (logged as
             `groups/frac_with_signal`). A tolerance, because floating-point noise gives constant groups a tiny
@@ -86,9 +90,12 @@ class LooGspoConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Policy loss of our loss path (method §3.2): a name in trl_loo_gspo.algorithms.losses.LOSSES "
-            "('response_clip': GSPO's response-level clipping; 'token_clip': per-token clipping), or one "
-            "registered with @register_loss. None = 'response_clip' (with importance_sampling_level='token': "
-            "'token_clip'); must stay None with a loss TRL computes."
+            "('response_clip': GSPO's response-level clipping; 'token_clip': per-token clipping; "
+            "'response_unclipped': GSPO's sequence ratio with no clip range, -s_i A_i, the 'no clip, outer guard "
+            "only' arm of method §5.1: needs log_ratio_clamp, its only parameter, and refuses epsilon, epsilon_high, "
+            "clip_target_fraction and entropy_feedback), or one registered with @register_loss. None = "
+            "'response_clip' (with importance_sampling_level='token': 'token_clip'); must stay None with a loss TRL "
+            "computes."
         },
     )
     log_ratio_clamp: float | None = field(
@@ -96,7 +103,8 @@ class LooGspoConfig(GRPOConfig):
         metadata={
             "help": "Outer guard (method §5.1): clamp the sequence log-ratio to [-c, c] in the log domain before exp "
             "and before the clipped loss (non-finite values too; clamped answers get zero gradient). None = off. "
-            "Must exceed max(log(1+epsilon_high), -log(1-epsilon))."
+            "Must exceed max(log(1+epsilon_high), -log(1-epsilon)); required with policy_loss='response_unclipped' "
+            "(no clip range), where any finite c > 0 is accepted."
         },
     )
     signal_tolerance: float = field(
@@ -463,7 +471,7 @@ class LooGspoConfig(GRPOConfig):
         """Reject invalid or unsupported combinations with a message naming the field and the fix. ``stated_batch``:
         ``generation_batch_size`` when it was set without ``steps_per_generation``."""
         resolved = objective.resolve(self)  # refuses contradictions of the objective's fields
-        if resolved.uses_own_loss:
+        if resolved.uses_own_loss and resolved.has_clip_range:
             if not 0.0 < resolved.epsilon_low < 1.0:
                 raise ValueError(f"epsilon (ε_low) must satisfy 0 < epsilon < 1, got {resolved.epsilon_low}.")
             if not resolved.epsilon_high > 0.0:
@@ -485,7 +493,8 @@ class LooGspoConfig(GRPOConfig):
             raise ValueError(f"reference_kl_logging_steps must be >= 1, got {self.reference_kl_logging_steps}.")
         self._validate_clip_controller(resolved)
         widening = self.entropy_k_max if self.entropy_feedback else 0.0
-        if self.log_ratio_clamp is not None and resolved.uses_own_loss:
+        # (without a clip range the guard is the loss's only bound: any finite c > 0, checked by objective.resolve)
+        if self.log_ratio_clamp is not None and resolved.uses_own_loss and resolved.has_clip_range:
             epsilon_low, epsilon_high = resolved.epsilon_low, resolved.epsilon_high
             if self.clip_target_fraction is not None:  # the controller may widen the range up to its bound
                 widest_low = self.clip_epsilon_bounds[1]

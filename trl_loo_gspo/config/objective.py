@@ -11,7 +11,9 @@ A ``LooGspoConfig`` accepts every ``GRPOConfig`` value. Two flags decide whose c
   per-row group ids) or ``"trl"`` (TRL's advantages as TRL computes them: ``scale_rewards``,
   ``multi_objective_aggregation``).
 * ``policy_loss`` and ``loss_aggregation`` (our loss only): names in :data:`trl_loo_gspo.algorithms.losses.LOSSES`
-  and :data:`trl_loo_gspo.algorithms.aggregation.AGGREGATIONS`.
+  and :data:`trl_loo_gspo.algorithms.aggregation.AGGREGATIONS`. A policy loss without a clip range
+  (:data:`~trl_loo_gspo.algorithms.losses.UNCLIPPED_LOSSES`, e.g. ``"response_unclipped"``) resolves ``epsilon`` /
+  ``epsilon_high`` to ``None``, refuses them and the controllers that move them, and requires ``log_ratio_clamp``.
 
 The three names are checked against the registries as they are when the config is resolved, so a loss, an
 aggregation or an estimator registered with the decorators of :mod:`trl_loo_gspo.algorithms` before the config is
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +39,7 @@ from trl import GRPOConfig
 
 from ..algorithms.advantages import ADVANTAGE_ESTIMATORS
 from ..algorithms.aggregation import AGGREGATIONS
-from ..algorithms.losses import LOSSES
+from ..algorithms.losses import LOSSES, UNCLIPPED_LOSSES
 
 
 class LooGspoConfigWarning(UserWarning):
@@ -55,9 +58,13 @@ TRL_ADVANTAGES = "trl"
 #: token-level control clipped per token.
 POLICY_LOSS_BY_LEVEL = {"sequence": "response_clip", "token": "token_clip"}
 OWN_POLICY_LOSS = POLICY_LOSS_BY_LEVEL["sequence"]
-#: The ratio level each of those policy losses clips: ``policy_loss="token_clip"`` alone selects the token level (and
-#: its clip range), so the token-level variant of our loss is one field.
-LEVEL_BY_POLICY_LOSS = {loss: level for level, loss in POLICY_LOSS_BY_LEVEL.items()}
+#: The ratio level of each of our built-in policy losses: ``policy_loss="token_clip"`` alone selects the token level
+#: (and its clip range), so the token-level variant of our loss is one field; ``"response_unclipped"`` (no clip range,
+#: method §5.1) is GSPO's sequence ratio.
+LEVEL_BY_POLICY_LOSS = {
+    **{loss: level for level, loss in POLICY_LOSS_BY_LEVEL.items()},
+    "response_unclipped": "sequence",
+}
 
 # GSPO's clip range for the length-normalised sequence ratio (docs/method.md §3.2).
 GSPO_EPSILON_LOW, GSPO_EPSILON_HIGH = 3e-4, 4e-4
@@ -119,7 +126,8 @@ class Objective:
         loss_aggregation: name in :data:`trl_loo_gspo.algorithms.aggregation.AGGREGATIONS`, ``None`` with TRL's loss.
         advantage_estimator: name in ``ADVANTAGE_ESTIMATORS`` or ``"trl"`` (TRL's advantages).
         importance_sampling_level: ``"sequence"`` or ``"token"``.
-        epsilon_low, epsilon_high: the clip range as the loss reads it (before entropy feedback widens ε_high).
+        epsilon_low, epsilon_high: the clip range as the loss reads it (before entropy feedback widens ε_high);
+            ``None`` for a policy loss without one (:data:`~trl_loo_gspo.algorithms.losses.UNCLIPPED_LOSSES`).
         scale_rewards: TRL's advantage scaling (read by TRL's advantages only).
         log_ratio_clamp: the §5.1 guard of our loss, or ``None``.
     """
@@ -130,10 +138,15 @@ class Objective:
     loss_aggregation: str | None
     advantage_estimator: str
     importance_sampling_level: str
-    epsilon_low: float
-    epsilon_high: float
+    epsilon_low: float | None
+    epsilon_high: float | None
     scale_rewards: str
     log_ratio_clamp: float | None = None
+
+    @property
+    def has_clip_range(self) -> bool:
+        """Whether the loss reads a clip range: every loss but our loss with an unclipped policy loss (§5.1)."""
+        return self.epsilon_low is not None
 
     @property
     def denominator_count(self) -> str | None:
@@ -227,6 +240,40 @@ def _check_clip_scales(config: Any, epsilon_low: float, epsilon_high: float) -> 
     )
 
 
+def _check_unclipped(config: Any, policy_loss: str) -> None:
+    """Refuse what a policy loss without a clip range (``UNCLIPPED_LOSSES``) cannot take, naming the field: a clip
+    range (``epsilon``, ``epsilon_high``), the controllers that move one (``clip_target_fraction``,
+    ``entropy_feedback``), and a missing or unbounded outer guard (``log_ratio_clamp``, its only bound; §5.1)."""
+    for name in ("epsilon", "epsilon_high"):
+        if getattr(config, name) is not None:
+            raise ValueError(
+                f"{name}={getattr(config, name)!r} does not apply to policy_loss={policy_loss!r}: it has no clip "
+                "range, its only bound is the outer guard log_ratio_clamp (docs/method.md §5.1). Leave epsilon and "
+                "epsilon_high unset (null in a recipe), or use policy_loss='response_clip'."
+            )
+    for name, is_on, off in (
+        ("clip_target_fraction", config.clip_target_fraction is not None, None),
+        ("entropy_feedback", bool(config.entropy_feedback), False),
+    ):
+        if is_on:
+            raise ValueError(
+                f"{name}={getattr(config, name)!r} moves the clip range, but policy_loss={policy_loss!r} has none. "
+                f"Set {name}={off}, or use policy_loss='response_clip'."
+            )
+    clamp = config.log_ratio_clamp
+    if clamp is None:
+        raise ValueError(
+            f"policy_loss={policy_loss!r} needs log_ratio_clamp: without a clip range the outer guard is the only "
+            "bound on the importance weight s_i, which is otherwise unbounded (docs/method.md §5.1). Set "
+            "log_ratio_clamp to c > 0 (s_i stays in [exp(-c), exp(c)]), e.g. 0.2."
+        )
+    if not (clamp > 0 and math.isfinite(clamp)):
+        raise ValueError(
+            f"log_ratio_clamp={clamp!r} must be finite and > 0 with policy_loss={policy_loss!r}: it is the only bound "
+            "on s_i."
+        )
+
+
 def resolve(config: Any) -> Objective:
     """The :class:`Objective` of ``config`` (see the module docstring). Pure: reads the fields, never writes them;
     refuses contradictions with a ``ValueError`` naming the fields the user set."""
@@ -252,27 +299,30 @@ def resolve(config: Any) -> Objective:
             level = implied or "sequence"
         elif implied is not None and implied != level:
             raise ValueError(
-                f"policy_loss={config.policy_loss!r} contradicts importance_sampling_level={level!r}: it clips the "
+                f"policy_loss={config.policy_loss!r} contradicts importance_sampling_level={level!r}: it uses the "
                 f"{implied}-level ratio. Set policy_loss={POLICY_LOSS_BY_LEVEL[level]!r} for the {level}-level ratio, "
                 "or leave importance_sampling_level unset (the policy loss then sets it)."
             )
         if level not in POLICY_LOSS_BY_LEVEL:
             raise ValueError(f"importance_sampling_level={level!r} is not one of {tuple(POLICY_LOSS_BY_LEVEL)}.")
-        # a token ratio is not length-normalised: unset, its clip range is TRL's (0.2), not GSPO's 3e-4 / 4e-4
-        default_low, default_high = (GSPO_EPSILON_LOW, GSPO_EPSILON_HIGH) if level == "sequence" else (None, None)
-        if default_low is None:
-            default_low = default_high = trl_default("epsilon")
-        epsilon_low = default_low if config.epsilon is None else config.epsilon
-        if config.epsilon_high is not None:
-            epsilon_high = config.epsilon_high
+        if config.policy_loss in UNCLIPPED_LOSSES:  # no clip range: ε is refused (_check_unclipped), never resolved
+            epsilon_low = epsilon_high = None
         else:
-            epsilon_high = default_high if config.epsilon is None else config.epsilon
+            # a token ratio is not length-normalised: unset, its clip range is TRL's (0.2), not GSPO's 3e-4 / 4e-4
+            default_low, default_high = (GSPO_EPSILON_LOW, GSPO_EPSILON_HIGH) if level == "sequence" else (None, None)
+            if default_low is None:
+                default_low = default_high = trl_default("epsilon")
+            epsilon_low = default_low if config.epsilon is None else config.epsilon
+            if config.epsilon_high is not None:
+                epsilon_high = config.epsilon_high
+            else:
+                epsilon_high = default_high if config.epsilon is None else config.epsilon
     else:
         epsilon_low = trl_default("epsilon") if config.epsilon is None else config.epsilon
         epsilon_high = epsilon_low if config.epsilon_high is None else config.epsilon_high
         level = config.importance_sampling_level or trl_default("importance_sampling_level")
     own_loss = ours or (loss_type == "dapo" and level == "sequence" and not options)
-    if loss_type not in (*_NO_UPPER_CLIP, *_ABSOLUTE_UPPER_CLIP):
+    if loss_type not in (*_NO_UPPER_CLIP, *_ABSOLUTE_UPPER_CLIP) and epsilon_low is not None:
         _check_clip_scales(config, epsilon_low, epsilon_high)
 
     # Advantages: ours over group ids, or TRL's (scale_rewards, multi_objective_aggregation). Only values that
@@ -322,6 +372,8 @@ def resolve(config: Any) -> Objective:
             )
         if policy_loss not in LOSSES:
             raise _unknown("policy_loss", policy_loss, LOSSES, "register_loss")
+        if policy_loss in UNCLIPPED_LOSSES:
+            _check_unclipped(config, policy_loss)
     else:
         policy_loss = None
         for name, value, off in (
@@ -361,8 +413,8 @@ def resolve(config: Any) -> Objective:
         loss_aggregation=aggregation if own_loss else None,
         advantage_estimator=estimator,
         importance_sampling_level=level,
-        epsilon_low=float(epsilon_low),
-        epsilon_high=float(epsilon_high),
+        epsilon_low=None if epsilon_low is None else float(epsilon_low),
+        epsilon_high=None if epsilon_high is None else float(epsilon_high),
         scale_rewards=scale,
         log_ratio_clamp=config.log_ratio_clamp if own_loss else None,
     )

@@ -85,6 +85,8 @@ def method_summary(objective: Any, settings: Mapping[str, Any]) -> str:
     ]
     if objective.uses_own_loss:
         bounds = f"ε_low = {objective.epsilon_low}, ε_high = {objective.epsilon_high}"
+        if not objective.has_clip_range:
+            bounds = f"no clip range: the outer guard |log s_i| ≤ {objective.log_ratio_clamp} is its only bound"
         if objective.policy_loss == "response_clip":
             ratio = (
                 "GSPO's length-normalised sequence ratio with response-level asymmetric clipping, one clipping "
@@ -92,6 +94,8 @@ def method_summary(objective: Any, settings: Mapping[str, Any]) -> str:
             )
         elif objective.policy_loss == "token_clip":
             ratio = f"a token-level ratio clipped per token ({bounds})"
+        elif objective.policy_loss == "response_unclipped":
+            ratio = f"GSPO's length-normalised sequence ratio with no clipping, ℓ_i = −s_i Â_i ({bounds}; method §5.1)"
         else:
             ratio = f"the registered policy loss `{objective.policy_loss}` ({bounds})"
         aggregation = _AGGREGATIONS.get(str(objective.loss_aggregation), f"`{objective.loss_aggregation}` aggregation")
@@ -142,13 +146,13 @@ def _flag_rows(objective: Any) -> tuple[tuple[str, str], ...]:
         rows.append(("scale_rewards", "TRL's reward scaling"))
     rows.append(("importance_sampling_level", "unit of the importance ratio (method §3.2)"))
     if own:
-        rows += [
-            ("policy_loss", "policy loss (method §3.2)"),
-            ("loss_aggregation", "aggregation (method §3.3)"),
-            ("epsilon", "ε_low of the response-level ratio (method §3.2)"),
-            ("epsilon_high", "ε_high of the response-level ratio (method §3.2)"),
-            ("log_ratio_clamp", "outer log-ratio guard (method §5.1)"),
-        ]
+        rows += [("policy_loss", "policy loss (method §3.2)"), ("loss_aggregation", "aggregation (method §3.3)")]
+        if objective.has_clip_range:  # a policy loss without a clip range reads no ε
+            rows += [
+                ("epsilon", "ε_low of the response-level ratio (method §3.2)"),
+                ("epsilon_high", "ε_high of the response-level ratio (method §3.2)"),
+            ]
+        rows.append(("log_ratio_clamp", "outer log-ratio guard (method §5.1)"))
     else:
         rows += [("epsilon", "TRL's lower clip parameter"), ("epsilon_high", "TRL's upper clip parameter")]
     rows += [

@@ -87,9 +87,15 @@ class ClipControl:
     """The run's clip range and its measurements.
 
     ``base_low`` / ``base_high``: the objective's fixed range, or the controller's current one (the ratio
-    ``base_high / base_low`` is kept); entropy feedback widens the upper bound on top (:meth:`epsilons`)."""
+    ``base_high / base_low`` is kept); entropy feedback widens the upper bound on top (:meth:`epsilons`).
 
-    def __init__(self, plan: ClipControlPlan, epsilon_low: float, epsilon_high: float, accelerator: Any) -> None:
+    ``epsilon_low`` / ``epsilon_high`` ``None``: the policy loss has no clip range (``response_unclipped``, method
+    §5.1; the config refuses the controller and entropy feedback with it). The answers are still measured (nothing is
+    clipped, ``|log s_i|`` is what the outer guard bounds); no range is logged and the clip warnings stay silent."""
+
+    def __init__(
+        self, plan: ClipControlPlan, epsilon_low: float | None, epsilon_high: float | None, accelerator: Any
+    ) -> None:
         self.accelerator = accelerator
         self.target: float | None = plan.target_fraction
         self.max_step, self.ema = plan.max_step, plan.ema
@@ -99,9 +105,11 @@ class ClipControl:
         self.recent: deque[dict[str, Any]] = deque(maxlen=max(steps_per_round - 1, 1))
         self.widening = 0.0  # entropy feedback's k in the range last set (it widens the upper bound)
         self.start_low, self.start_high = epsilon_low, epsilon_high
-        self.high_per_low = epsilon_high / epsilon_low if epsilon_low > 0 else 1.0
+        self.has_range = epsilon_low is not None and epsilon_high is not None
+        ranged = self.has_range and epsilon_low > 0
+        self.high_per_low = epsilon_high / epsilon_low if ranged else 1.0
         self.edges = length_edges(plan.max_completion_length)
-        self.state = ClipControllerState(log_epsilon=math.log(epsilon_low) if epsilon_low > 0 else 0.0)
+        self.state = ClipControllerState(log_epsilon=math.log(epsilon_low) if ranged else 0.0)
         self.tally: dict[str, dict[str, Any]] = {}
         self.window: deque[dict[str, float]] = deque(maxlen=WARNING_WINDOW)
         self.pinned: deque[bool] = deque(maxlen=WARNING_WINDOW)
@@ -113,8 +121,9 @@ class ClipControl:
         return self.target is not None
 
     @property
-    def base(self) -> tuple[float, float]:
-        """``(ε_low, ε_high)`` before entropy feedback: the objective's, or the controller's current range."""
+    def base(self) -> tuple[float | None, float | None]:
+        """``(ε_low, ε_high)`` before entropy feedback: the objective's (``None`` without a clip range), or the
+        controller's current range."""
         if not self.controlled or self.state.updates == 0:  # (exactly the configured range until the first move)
             return self.start_low, self.start_high
         low = math.exp(self.state.log_epsilon)
@@ -165,12 +174,16 @@ class ClipControl:
         if not math.isnan(estimate):
             metrics["clip/epsilon_estimate"].append(estimate)
 
-    def epsilons(self, feedback: Any, metrics: dict[str, list] | None = None) -> tuple[float, float]:
+    def epsilons(self, feedback: Any, metrics: dict[str, list] | None = None) -> tuple[float | None, float | None]:
         """``(ε_low, ε_high)`` the next step trains with (the losses, TRL's too, read the trainer's
         ``epsilon_low`` / ``epsilon_high``, set from this alone: at construction, each step's end, a resume): the
         configured or controlled range (:attr:`base`), ε_high widened by entropy feedback (``feedback``, an
         :class:`~trl_loo_gspo.trainer.entropy.EntropyFeedback`; §5.1). At a step's end (``metrics``) it logs them:
-        ``entropy_feedback/epsilon_high`` with the feedback on, ``clip/epsilon_*`` after a measured step."""
+        ``entropy_feedback/epsilon_high`` with the feedback on, ``clip/epsilon_*`` after a measured step. Without a
+        clip range: ``(None, None)``, nothing logged."""
+        if not self.has_range:
+            self.measured = False
+            return None, None
         low, base_high = self.base
         high = feedback.epsilon_high(base_high)
         self.widening = high - base_high
@@ -184,6 +197,8 @@ class ClipControl:
         return low, high
 
     def _warn(self, step: int) -> None:
+        if not self.has_range:  # no clip: "clips almost nothing" is the design, not a symptom
+            return
         controlled_at_bound = self.controlled and len(self.pinned) == WARNING_WINDOW and all(self.pinned)
         if self.controlled and not controlled_at_bound:
             return

@@ -58,15 +58,15 @@ class LossStep:
         entropies: torch.Tensor,
         *,
         vllm_weights: bool,
-        epsilon_low: float,
-        epsilon_high: float,
+        epsilon_low: float | None,
+        epsilon_high: float | None,
         **step: Any,
     ) -> LossStep:
         """The value for ``inputs`` (TRL's micro-batch) and the forward pass's outputs under ``objective`` (its policy
         loss, aggregation and outer log-ratio guard); ``epsilon_low``/``epsilon_high`` are the step's clip range
-        (entropy feedback moves the upper one), ``step`` holds the other scalar fields, ``vllm_weights`` whether
-        vLLM's importance weights apply. On-policy (TRL skipped the old-log-prob pass) the old log-probs are these,
-        detached."""
+        (entropy feedback moves the upper one; ``None`` for a policy loss without one), ``step`` holds the other
+        scalar fields, ``vllm_weights`` whether vLLM's importance weights apply. On-policy (TRL skipped the
+        old-log-prob pass) the old log-probs are these, detached."""
         advantages = inputs["advantages"]
         if advantages.dim() != 1:
             raise ValueError(f"LooGspoTrainer expects advantages of shape (B,), got {tuple(advantages.shape)}")
@@ -135,10 +135,15 @@ def own_loss(step: LossStep) -> LossOutput:
 @torch.no_grad()
 def answer_clip_rows(policy: PolicyLoss, advantages: torch.Tensor, mask: torch.Tensor, position: int) -> torch.Tensor:
     """The micro-batch's :func:`~trl_loo_gspo.algorithms.clip_stats.clip_rows`: the ratio the loss clipped and its
-    own clip decisions (a per-token loss: the answer's clipped tokens)."""
+    own clip decisions (a per-token loss: the answer's clipped tokens). With a response-level ratio an answer the
+    outer guard clamped has no gradient either (§5.1): its tokens count as on a constant branch (so it carries no
+    gradient in ``clip/gradient_*``), not as clipped."""
     lengths = mask.sum(-1).to(torch.float64)
     if policy.token_clipped_low is None:  # one decision per answer: all or none of its tokens
-        clipped_tokens = lengths * (policy.clipped_low | policy.clipped_high)
+        constant = policy.clipped_low | policy.clipped_high
+        if policy.guard is not None:  # log s_i clamped: the loss is constant in θ
+            constant = constant | policy.guard
+        clipped_tokens = lengths * constant
     else:
         clipped_tokens = ((policy.token_clipped_low | policy.token_clipped_high) & mask.bool()).sum(-1)
     # the log of the ratio the loss clipped (s_i after the optional guard); an under- or overflowed s_i stays finite

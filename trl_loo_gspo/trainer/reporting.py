@@ -71,10 +71,13 @@ def objective_line(objective: Any) -> str:
     else:
         loss = "TRL's loss"
     clamp = "" if objective.log_ratio_clamp is None else f", log_ratio_clamp={objective.log_ratio_clamp:g}"
+    if objective.epsilon_low is None:  # a policy loss without a clip range: the guard is its only bound
+        clip = "no clip range"
+    else:
+        clip = f"epsilon=[{objective.epsilon_low:g}, {objective.epsilon_high:g}]"
     return (
         f"Objective: loss_type={objective.loss_type}, {loss}, advantages={objective.advantage_estimator} "
-        f"(scale_rewards={objective.scale_rewards}), ratio={objective.importance_sampling_level}, "
-        f"epsilon=[{objective.epsilon_low:g}, {objective.epsilon_high:g}]{clamp}"
+        f"(scale_rewards={objective.scale_rewards}), ratio={objective.importance_sampling_level}, {clip}{clamp}"
     )
 
 
@@ -167,6 +170,14 @@ def summary_rows(log_history: list[dict[str, Any]], facts: RunFacts) -> list[tup
     return rows
 
 
+def clip_range_text(epsilon_low: float | None, epsilon_high: float | None) -> str:
+    """A clip range as the summary prints it; a policy loss without one (``response_unclipped``): the outer guard
+    alone bounds it."""
+    if epsilon_low is None or epsilon_high is None:
+        return "none (outer guard only)"
+    return f"[1 - {epsilon_low:.3g}, 1 + {epsilon_high:.3g}]"
+
+
 def clip_rows(stats: dict | None) -> list[tuple[str, str]]:
     """Where the clip bit over the run (``stats``: our loss's tally, ``ClipControl.summary()``), for the summary;
     none for TRL's loss (``None``)."""
@@ -191,7 +202,7 @@ def clip_rows(stats: dict | None) -> list[tuple[str, str]]:
             f"{magnitude(offpolicy['abs_log_ratio_p50'])} / {magnitude(offpolicy['abs_log_ratio_p90'])}",
         ),
         ("answers that carried a gradient", f"{every['gradient_answers']:,} of {every['answers']:,}"),
-        ("clip range at the end", f"[1 - {stats['epsilon_low']:.3g}, 1 + {stats['epsilon_high']:.3g}]"),
+        ("clip range at the end", clip_range_text(stats["epsilon_low"], stats["epsilon_high"])),
     ]
     if stats["target_fraction"] is not None:
         rows.append(("clip target (controller)", share(stats["target_fraction"])))

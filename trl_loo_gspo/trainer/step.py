@@ -194,7 +194,12 @@ class RatioNoise:
         self.warned = False
 
     def log(
-        self, metrics: dict[str, list], rows: list[torch.Tensor], epsilon_low: float, epsilon_high: float, step: int
+        self,
+        metrics: dict[str, list],
+        rows: list[torch.Tensor],
+        epsilon_low: float | None,
+        epsilon_high: float | None,
+        step: int,
     ) -> dict[str, float] | None:
         """This process's :func:`~trl_loo_gspo.algorithms.noise.noise_rows`, padded with NaN rows to the longest
         process and gathered (two collectives, the sizes then the rows: every process calls it on the same steps),
@@ -236,10 +241,12 @@ class RatioNoise:
 NOISE_WARNING_FRACTION = 0.01
 
 
-def noise_warning(summary: dict[str, float] | None, epsilon_low: float, epsilon_high: float, step: int) -> str | None:
+def noise_warning(
+    summary: dict[str, float] | None, epsilon_low: float | None, epsilon_high: float | None, step: int
+) -> str | None:
     """The warning for a fresh round whose noise alone puts more than :data:`NOISE_WARNING_FRACTION` of the answers
-    outside the clip range, naming ε and the measured noise; ``None`` below it."""
-    if summary is None or summary["noise/out_of_range"] <= NOISE_WARNING_FRACTION:
+    outside the clip range, naming ε and the measured noise; ``None`` below it, and without a clip range (``None``)."""
+    if summary is None or epsilon_low is None or summary["noise/out_of_range"] <= NOISE_WARNING_FRACTION:
         return None
     share, answers = summary["noise/out_of_range"], int(summary["noise/answers"])
     p90, top = summary["noise/abs_log_ratio/p90"], summary["noise/abs_log_ratio/max"]
