@@ -95,8 +95,8 @@ def test_sharded_processes_make_the_same_generate_calls_and_drop_padded_rows(mon
     calls = [model.calls for model, *_ in runs]
     assert calls[0] == calls[1]  # same number of generate calls, same batch sizes, on every process
     assert calls[0] and all(synced for *_, synced in calls[0])  # finished processes keep stepping (synced_gpus)
-    greedy = [scores for _, (scores, _sampled), _, _ in runs]
-    sampled = [scores for _, (_greedy, scores), _, _ in runs]
+    greedy = [scores for _, (scores, _sampled, *_), _, _ in runs]
+    sampled = [scores for _, (_greedy, scores, *_), _, _ in runs]
     for rank, (_, _, prompts, _) in enumerate(runs):
         real = len(range(rank, rows, world))
         assert len(greedy[rank]) == real and len(sampled[rank]) == 2 * real  # padded rows are never scored
@@ -112,7 +112,7 @@ def test_sharded_processes_make_the_same_generate_calls_and_drop_padded_rows(mon
 
 def test_unsharded_processes_are_not_padded(monkeypatch):
     """DDP / ZeRO-2 (whole parameters on every process): shares stay as they were, nothing is generated twice."""
-    model, (greedy, sampled), _, _ = _evaluate(monkeypatch, 1, 1, 2, sharded=False)
+    model, (greedy, sampled, *_), _, _ = _evaluate(monkeypatch, 1, 1, 2, sharded=False)
     assert model.calls == [] and greedy == [] and sampled == []
     model, _, _, _ = _evaluate(monkeypatch, 3, 0, 2, sharded=False)
     assert [(rows, sample) for rows, sample, _ in model.calls] == [(2, False), (2, True)]

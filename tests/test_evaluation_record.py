@@ -71,5 +71,9 @@ def test_mismatched_inputs_are_refused():
 
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_problem_order_reassembles_each_processs_share(world):
-    shares = [[f"p{i}" for i in rank_share(7, rank, world, pad=False)[0]] for rank in range(world)]
-    assert problem_order(shares, world) == [f"p{i}" for i in range(7)]
+    indices = [
+        rank_share(7, rank, world, pad=True)[0][: rank_share(7, rank, world, pad=True)[1]] for rank in range(world)
+    ]
+    shares = [[f"p{i}" for i in index] for index in indices]
+    assert problem_order(shares, indices, 7) == [f"p{i}" for i in range(7)]
+    assert problem_order(shares[:1], indices[:1], 7)[1:world] == [None] * (world - 1)  # a missing share stays None

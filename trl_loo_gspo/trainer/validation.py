@@ -282,6 +282,7 @@ class ValidationCallback(TrainerCallback):
         greedy_parts = gather_object([greedy])
         sampled_parts = gather_object([sampled])
         entropy_parts = gather_object([entropy])
+        index_parts = gather_object([indices[:real]])  # which problems each process scored (padding excluded)
         greedy_all = [s for part in greedy_parts for s in part]
         sampled_all = [s for part in sampled_parts for s in part]
 
@@ -293,10 +294,12 @@ class ValidationCallback(TrainerCallback):
         successes = None
         if n:
             counts = [[sum(map(passed, part[j : j + n])) for j in range(0, len(part), n)] for part in sampled_parts]
-            successes = problem_order(counts, world)
+            successes = problem_order(counts, index_parts, len(self.dataset))
         self.details.append(
             {
-                "greedy": problem_order([[int(passed(s)) for s in part] for part in greedy_parts], world),
+                "greedy": problem_order(
+                    [[int(passed(s)) for s in part] for part in greedy_parts], index_parts, len(self.dataset)
+                ),
                 "successes": successes,
                 "samples": n,
                 "entropy": measured if n else None,
@@ -317,12 +320,11 @@ class ValidationCallback(TrainerCallback):
         return result
 
 
-def problem_order(parts: list[list[Any]], world: int) -> list[Any]:
-    """Per-problem values in dataset order from each process's share (:func:`rank_share` without padding: process
-    ``r`` holds problems ``r, r + world, ...`` in that order)."""
-    total = sum(len(part) for part in parts)
-    ordered: list[Any] = [None] * total
-    for rank, part in enumerate(parts):
-        for j, value in enumerate(part):
-            ordered[rank + j * world] = value
+def problem_order(parts: list[list[Any]], index_parts: list[list[int]], size: int) -> list[Any]:
+    """Per-problem values in dataset order (``size`` problems) from each process's values and the dataset indices
+    they belong to (gathered alike); a problem no process reported stays ``None``."""
+    ordered: list[Any] = [None] * size
+    for part, index in zip(parts, index_parts, strict=True):
+        for i, value in zip(index, part, strict=True):
+            ordered[i] = value
     return ordered
