@@ -79,6 +79,7 @@ def write_plan(tmp_path, **overrides) -> AblationPlan:
         ({"sweep": {"learning_rates": [1e-4], "seeds": [7]}}, "at least 2 positive numbers"),
         ({"sweep": {"learning_rates": [1e-4, 2e-4], "seeds": [7], "budget": 5}}, "unknown key 'budget'"),
         ({"sweep": {"learning_rates": [1e-4, 2e-4], "seeds": [7], "metric": "loss"}}, "sweep.metric"),
+        ({"sweep": {"learning_rates": [1e-4, 2e-4], "seeds": [7], "require_interior": "yes"}}, "true or false"),
         ({"common": {"learning_rate": 1e-4}}, "common: sets learning_rate, which the sweep chooses"),
         ({"task_options": {"max_terms": 2}}, "holds out no tuning split"),
         ({"task": "demo-addition", "task_options": {}}, "holds out no tuning split"),
@@ -283,7 +284,7 @@ def test_each_variant_chooses_a_learning_rate_and_a_grid_value_and_ablations_inh
     assert "### loo-token: its own epsilon, epsilon_high, at loo's choice" in report
     assert "| loo | 9 | lr 0.0002, epsilon 0.003, epsilon_high 0.006 | 0.607 |" in report
     assert "2 of 2 |" in report  # the choice beats the runner-up in both sweep seeds
-    assert "At the edge of the grid: loo-token (epsilon 0.3, epsilon_high 0.3)" in report
+    assert "better than the next value inside it: loo-token (epsilon 0.3, epsilon_high 0.3: 0.607 vs 0.591" in report
     assert "loo-mean (loo's lr 0.0002, epsilon 0.003, epsilon_high 0.006)" in report
 
     calls.clear()  # resumable: every record reused, nothing trained
@@ -295,7 +296,47 @@ def test_a_choice_at_a_grid_edge_is_flagged_with_its_axis(tmp_path):
     plan = grid_plan(tmp_path, variants=[{"name": "loo", "config": {}}])
     run_ablation(plan, grid_runner([], {"grpo": (4e-4, 0.2), "loo": (2e-4, 1e-2)}))
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "At the edge of the grid: grpo (lr 0.0004), loo (epsilon 0.01, epsilon_high 0.02)" in report
+    assert (
+        "At the edge of the grid, better than the next value inside it: grpo (lr 0.0004: 0.607 vs 0.557 at lr 0.0002),"
+        " loo (epsilon 0.01, epsilon_high 0.02: 0.607 vs 0.573 at epsilon 0.003, epsilon_high 0.006)" in report
+    )
+
+
+def test_a_choice_tied_with_its_inner_neighbour_is_not_an_edge(tmp_path):
+    from trl_loo_gspo.experiment.ablation.sweep import edge_choices
+
+    plan = grid_plan(tmp_path, variants=[{"name": "loo", "config": {}}])
+    rows = [
+        {"name": "loo", "seed": 7, "learning_rate": lr, "final_pass_rate": 0.5 if lr == 2e-4 else 0.4,
+         "auc": 0.0, "sweep_cell": {"learning_rate": lr, "epsilon": e, "epsilon_high": 2 * e}}
+        for lr in (1e-4, 2e-4, 4e-4) for e in (1e-3, 3e-3, 1e-2)
+    ]  # fmt: skip
+    # every epsilon scores the same (e.g. a guard that never fires): the tie-break takes the first, not an edge
+    assert choose(plan, rows)["loo"] == {"learning_rate": 2e-4, "epsilon": 1e-3, "epsilon_high": 2e-3}
+    assert edge_choices(plan, rows) == []
+    rows[0]["final_pass_rate"] = 0.45  # lr 1e-4 at epsilon 1e-3 is still below lr 2e-4: interior on the rates
+    assert edge_choices(plan, rows) == []
+
+
+def test_require_interior_stops_before_anything_trains_at_an_edge_then_extends(tmp_path):
+    sweep = {**grid_plan(tmp_path).sweep, "require_interior": True}
+    plan = grid_plan(tmp_path, variants=[{"name": "loo", "config": {}}], sweep=sweep)
+    calls: list = []
+    best = {"grpo": (4e-4, 0.2), "loo": (2e-4, 3e-3)}
+    from trl_loo_gspo.experiment.ablation.sweep import SweepEdgeError
+
+    with pytest.raises(SweepEdgeError, match=r"1 sweep choice\(s\) at the edge .*\n  - grpo \(lr 0.0004: "):
+        run_ablation(plan, grid_runner(calls, best))
+    assert calls and all(c[0] == "tuning" for c in calls)  # the study never started
+    assert not (tmp_path / "out" / "runs").exists()
+    calls.clear()
+    extended = grid_plan(
+        tmp_path, variants=[{"name": "loo", "config": {}}], sweep={**sweep, "learning_rates": [1e-4, 2e-4, 4e-4, 8e-4]}
+    )
+    run_ablation(extended, grid_runner(calls, {"grpo": (4e-4, 0.2), "loo": (2e-4, 3e-3)}))
+    tuning = [c for c in calls if c[0] == "tuning"]
+    assert {c[3] for c in tuning} == {8e-4} and len(tuning) == 2 * (3 + 3)  # only the new rate's cells trained
+    assert {(c[1], c[3]) for c in calls if c[0] == "validation"} == {("grpo", 4e-4), ("loo", 2e-4)}
 
 
 def test_the_choice_breaks_ties_by_the_curve_area_of_the_same_kind_then_the_smaller_rate(tmp_path):

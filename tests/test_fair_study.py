@@ -93,7 +93,7 @@ def test_the_split_is_fresh_and_the_validation_split_large_enough(plan):
 
 def test_the_primary_metric_and_both_families_are_declared(plan):
     assert plan.primary_metric == "greedy" and plan.primary == ["full", "grpo"]
-    assert plan.sweep["metric"] == "final_pass_at_1"
+    assert plan.sweep["metric"] == "final_pass_at_1" and plan.sweep["require_interior"] is True
     assert len(plan.contrasts) == 5 and len(plan.option_contrasts) == 5
     assert not {tuple(p) for p in plan.contrasts} & {tuple(p) for p in plan.option_contrasts}
     assert 2 / 2 ** len(plan.seeds) <= 0.05 / 5  # the exact test can pass Holm's first threshold in either family

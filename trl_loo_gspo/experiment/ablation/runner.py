@@ -20,6 +20,7 @@ from .report import CSV_COLUMNS, PROCESS_KEYS, announced_files, plot, report, wr
 from .sweep import (
     cell_fields,
     cell_label,
+    check_interior,
     choose,
     eval_every,
     grid_runs,
@@ -210,10 +211,12 @@ def _run_phases(plan: AblationPlan, runner, reuse_stale: bool, display: Ablation
     runs = plan.runs()
     if plan.sweep:
         sweep_records = _tune(plan, sweep_runs(plan), runner, reuse_stale, display)
+        check_interior(plan, sweep_records)  # (with require_interior: nothing trains at an unbracketed choice)
         chosen = choose(plan, sweep_records)
         second = grid_runs(plan, chosen)  # ablations with a grid of their own, at their root's choice
         if second:
             sweep_records += _tune(plan, second, runner, reuse_stale, display)
+            check_interior(plan, sweep_records)
             chosen = choose(plan, sweep_records)
         runs = with_choices(runs, chosen)
     split = plan.eval_split
