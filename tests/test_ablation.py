@@ -66,6 +66,7 @@ def test_runner_resumes_after_a_kill_without_redoing_finished_runs(tmp_path):
         assert (tmp_path / "out" / name).stat().st_size > 0
     rows = list(csv.DictReader(open(tmp_path / "out" / "results.csv")))
     assert len(rows) == 9 and {"final_pass_rate", "auc", "generated_tokens", "effective_tokens"} <= set(rows[0])
+    assert {"start_pass_at_1", "start_pass_rate", "greedy_auc", "gradient_answers"} <= set(rows[0])
 
 
 def test_report_verdicts_and_paired_differences(tmp_path):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .curves import _MIN_BOOT_IDENTIFIED, CurveFit, fit_sigmoid
+from .curves import MIN_BOOT_IDENTIFIED, CurveFit, fit_sigmoid
 from .inference import METRICS, curves_by_seed, fittable
 from .plan import AblationPlan
 from .stats import curve_area
@@ -37,7 +37,7 @@ PAIR_BOOTSTRAP = 200
 #: The resamples' RNG seed (the same draws for every contrast with the same number of seeds).
 PAIR_SEED = 0
 #: The largest share of unidentified resamples at which a fitted difference is still read (as for one variant).
-MAX_UNIDENTIFIED_SHARE = 1 - _MIN_BOOT_IDENTIFIED
+MAX_UNIDENTIFIED_SHARE = 1 - MIN_BOOT_IDENTIFIED
 
 Curve = Sequence[tuple[float, float]]
 

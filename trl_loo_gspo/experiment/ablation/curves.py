@@ -36,7 +36,8 @@ _B_BOUNDS = (0.1, 10.0)
 _MID_BOUNDS = (1e-3, 100.0)  # C_mid as a multiple of the largest observed compute
 _MID_STARTS = (0.1, 0.3, 1.0, 3.0)
 _B_STARTS = (0.7, 1.5, 3.0)
-_MIN_BOOT_IDENTIFIED = 0.9
+#: Share of the seed-bootstrap refits that must be identified for a fitted ceiling to be reported (else "n.i.").
+MIN_BOOT_IDENTIFIED = 0.9
 
 
 def sigmoid_curve(c: np.ndarray | float, r0: float, a: float, b: float, c_mid: float) -> np.ndarray | float:
@@ -166,7 +167,7 @@ def bootstrap_fit(
     b_low, b_high = interval([f.b for f in fits])
     mid_low, mid_high = interval([f.c_mid for f in fits])
     reason = point.reason
-    if not share >= _MIN_BOOT_IDENTIFIED:  # NaN (no refits) fails too
+    if not share >= MIN_BOOT_IDENTIFIED:  # NaN (no refits) fails too
         low_share = f"identified in only {100 * share:.0f}% of seed-bootstrap refits"
         reason = f"{reason}; {low_share}" if reason else low_share
     return dataclasses.replace(

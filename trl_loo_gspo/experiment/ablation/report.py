@@ -68,6 +68,12 @@ CSV_COLUMNS = (
     "kl",
     "filtered_fraction",
     "anomalies",
+    # (records made since #47: the warm start's figures, the greedy curve's area, where the clip bit)
+    "start_pass_at_1",
+    "start_pass_rate",
+    "greedy_auc",
+    "offpolicy_clip_fraction",
+    "gradient_answers",
 )
 
 
