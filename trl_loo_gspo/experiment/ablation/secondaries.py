@@ -99,7 +99,8 @@ def secondaries(records: list[dict], primary_metric: str = "sampled") -> list[Se
         Secondary("sampled pass@1", partial(read_field, "start_pass_rate", "final_pass_rate"))
         if primary_metric == "greedy"
         else Secondary("greedy pass@1", partial(read_field, "start_pass_at_1", "final_pass_at_1")),
-        *(Secondary(f"pass@{k}", partial(read_pass_at_k, k)) for k in PASS_KS),
+        # (pass@1 from the counts is the sampled pass rate itself: listed once, as sampled pass@1 or the primary)
+        *(Secondary(f"pass@{k}", partial(read_pass_at_k, k)) for k in PASS_KS if k > 1),
         Secondary("entropy (nats/token)", read_entropy),
     ]
     strata = {
@@ -197,7 +198,8 @@ def secondaries_section(plan: AblationPlan, by_name: dict[str, dict[int, dict]])
         "",
         "Validation figures at the end of training beside the primary metric, each where the records keep it: "
         f"{other}; unbiased pass@k from the per-problem counts of right answers among the n sampled "
-        "(1 − C(n−c, k) / C(n, k) averaged over problems, k ≤ n); the policy's mean per-token entropy over its "
+        "(1 − C(n−c, k) / C(n, k) averaged over problems, 1 < k ≤ n; pass@1 from the counts is the sampled pass "
+        "rate itself); the policy's mean per-token entropy over its "
         "sampled answers; greedy and sampled pass rate by stratum (the number of terms on demo-mixed); '—': no run "
         "of the row kept it."
         + (
