@@ -26,15 +26,20 @@ class StartsWithDigit(Verifier):
         return VerifierResult(float(ok), "pass" if ok else "fail")
 
 
-def test_evaluates_at_rollout_token_checkpoints_not_steps(tmp_path):
+def _trainer(tmp_path, max_steps: int) -> LooGspoTrainer:
+    """The tiny local model on addition prompts, rewarded by the fraction of digits."""
     model, tokenizer = make_model_and_tokenizer()
-    trainer = LooGspoTrainer(
+    return LooGspoTrainer(
         model=model,
         reward_funcs=[digit_fraction_reward],
-        args=LooGspoConfig(**base_kwargs(str(tmp_path), max_steps=6, optim="adamw_torch", learning_rate=1e-3)),
+        args=LooGspoConfig(**base_kwargs(str(tmp_path), max_steps=max_steps, optim="adamw_torch", learning_rate=1e-3)),
         train_dataset=addition_dataset(64, seed=8),
         processing_class=tokenizer,
     )
+
+
+def test_evaluates_at_rollout_token_checkpoints_not_steps(tmp_path):
+    trainer = _trainer(tmp_path, max_steps=6)
     validation = Dataset.from_list(
         [{"prompt": f"{i}+{i}=", "answer": "x" if i == 0 else str(2 * i)} for i in range(8)]
     )
@@ -98,14 +103,7 @@ def test_validation_restores_every_random_stream(tmp_path, monkeypatch):
 
 
 def test_curve_points_greedy_only_and_a_full_final_point_with_per_problem_results(tmp_path):
-    model, tokenizer = make_model_and_tokenizer()
-    trainer = LooGspoTrainer(
-        model=model,
-        reward_funcs=[digit_fraction_reward],
-        args=LooGspoConfig(**base_kwargs(str(tmp_path), max_steps=4, optim="adamw_torch", learning_rate=1e-3)),
-        train_dataset=addition_dataset(64, seed=8),
-        processing_class=tokenizer,
-    )
+    trainer = _trainer(tmp_path, max_steps=4)
     validation = Dataset.from_list(
         [{"prompt": f"{i}+{i}=", "answer": "x" if i == 0 else str(2 * i), "terms": 2 + i % 2} for i in range(7)]
     )
