@@ -106,12 +106,13 @@ def test_every_arm_is_tuned_with_the_same_effort_where_its_parameter_allows(plan
     assert len(sweep["seeds"]) >= 3 and not set(sweep["seeds"]) & set(plan.seeds)
     assert min(sweep["learning_rates"]) <= 1.25e-5  # low enough for the greedy optimum (chain-study-2 audit)
     cells = {name: len(grid_cells(plan, name)) for name, _, _ in plan.entries() if name not in plan.bases()}
-    assert cells == {"grpo": 3, "gspo": 4, "gspo-published": 1, "cispo": 4, "sapo": 4, "full": 4,
-                     "full-calibrated": 4, "full-noclip": 4}  # fmt: skip
+    # 4 values per clip axis (3 for the token eps), one more where the first tuning phase chose an edge
+    assert cells == {"grpo": 4, "gspo": 5, "gspo-published": 1, "cispo": 4, "sapo": 5, "full": 4,
+                     "full-calibrated": 5, "full-noclip": 4}  # fmt: skip
     for name in ("gspo", "full"):  # sequence clip: a log grid spanning 3e-4 ... 3e-2, eps_high / eps_low = 4/3
         grid = sweep["grids"][name]
         assert min(grid["epsilon"]) <= 3e-4 and max(grid["epsilon"]) >= 3e-2
         assert all(abs(h / e - 4 / 3) < 0.01 for e, h in zip(grid["epsilon"], grid["epsilon_high"], strict=True))
-    assert sweep["grids"]["grpo"]["epsilon"] == sweep["grids"]["full-token_ratio"]["epsilon"] == [0.1, 0.2, 0.3]
+    assert sweep["grids"]["grpo"]["epsilon"] == sweep["grids"]["full-token_ratio"]["epsilon"] == [0.1, 0.2, 0.3, 0.4]
     published = {n: c for n, c, _ in plan.entries()}["gspo-published"]
     assert (published["epsilon"], published["epsilon_high"]) == (3e-4, 4e-4)
