@@ -10,7 +10,7 @@ from trl_loo_gspo import LooGspoConfig, LooGspoTrainer
 from trl_loo_gspo.experiment.ablation.runner import clip_record
 from trl_loo_gspo.trainer.reporting import summary_rows
 
-from .helpers import base_kwargs, make_model_and_tokenizer, make_rollout, parity_reward, train_dataset
+from .helpers import base_kwargs, make_model_and_tokenizer, parity_trainer
 
 pytestmark = pytest.mark.slow
 
@@ -28,14 +28,7 @@ def trainer(tmp_path, **overrides):
         epsilon_high=0.02,
     )
     kwargs.update(overrides)
-    return LooGspoTrainer(
-        model=model,
-        reward_funcs=[parity_reward],
-        args=LooGspoConfig(**kwargs),
-        train_dataset=train_dataset(),
-        processing_class=tokenizer,
-        rollout_func=make_rollout(tokenizer, kwargs["num_generations"]),
-    )
+    return parity_trainer(LooGspoTrainer, model, tokenizer, LooGspoConfig(**kwargs))
 
 
 def steps(run):

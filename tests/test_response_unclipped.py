@@ -26,7 +26,7 @@ from trl_loo_gspo.trainer.loss import answer_clip_rows
 from trl_loo_gspo.trainer.reporting import objective_line, summary_rows
 from trl_loo_gspo.trainer.run_plan import ClipControlPlan, EntropyFeedbackPlan, RunPlan
 
-from .helpers import base_kwargs, make_model_and_tokenizer, make_rollout, parity_reward, train_dataset
+from .helpers import base_kwargs, make_model_and_tokenizer, parity_trainer
 
 F64 = torch.float64
 UNCLIPPED = loss_fns.LOSSES["response_unclipped"]
@@ -283,14 +283,7 @@ def test_two_off_policy_steps_train_with_no_clip_and_report_nothing_clipped(tmp_
         max_steps=2,
         learning_rate=0.2,
     )
-    run = LooGspoTrainer(
-        model=model,
-        reward_funcs=[parity_reward],
-        args=LooGspoConfig(**kwargs),
-        train_dataset=train_dataset(),
-        processing_class=tokenizer,
-        rollout_func=make_rollout(tokenizer, kwargs["num_generations"]),
-    )
+    run = parity_trainer(LooGspoTrainer, model, tokenizer, LooGspoConfig(**kwargs))
     assert (run.epsilon_low, run.epsilon_high) == (None, None)
     before = {k: v.detach().clone() for k, v in run.model.named_parameters()}
     run.train()
