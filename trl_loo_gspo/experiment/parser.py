@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import functools
 import os
 import sys
@@ -37,6 +36,9 @@ import typing
 
 from transformers import TrainingArguments
 from trl import GRPOConfig, ModelConfig, TrlParser
+
+from ..cli.flags import OneSpellingFormatter as SpellingFormatter
+from ..cli.flags import nearest
 
 USAGE = (
     "trl-loo-gspo train --config RECIPE.yaml [--FLAG VALUE ...]\n"
@@ -100,34 +102,9 @@ def _accepts_none(cls) -> dict[str, bool]:
     return out
 
 
-class OneSpellingFormatter(argparse.RawDescriptionHelpFormatter):
+class OneSpellingFormatter(SpellingFormatter, argparse.RawDescriptionHelpFormatter):
     """The help with each flag in its underscore spelling only (``HfArgumentParser`` adds the dash spelling of every
-    flag as a second option string: accepted, not listed)."""
-
-    def _format_action_invocation(self, action: argparse.Action) -> str:
-        shown = [
-            o
-            for o in action.option_strings
-            if not (o.startswith("--") and "-" in o[2:] and _underscored(o) in action.option_strings)
-        ]
-        if len(shown) == len(action.option_strings):
-            return super()._format_action_invocation(action)
-        original = action.option_strings
-        action.option_strings = shown
-        try:
-            return super()._format_action_invocation(action)
-        finally:
-            action.option_strings = original
-
-
-def _underscored(option: str) -> str:
-    return "--" + option[2:].replace("-", "_")
-
-
-def nearest(name: str, known: list[str]) -> str | None:
-    """The known name closest to ``name`` (a typo's likely intent), or None when nothing is close."""
-    match = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    return match[0] if match else None
+    flag as a second option string: accepted, not listed), the description's line breaks kept."""
 
 
 class TrainParser(TrlParser):
