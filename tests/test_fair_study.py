@@ -113,6 +113,7 @@ def test_every_arm_is_tuned_with_the_same_effort_where_its_parameter_allows(plan
         grid = sweep["grids"][name]
         assert min(grid["epsilon"]) <= 3e-4 and max(grid["epsilon"]) >= 3e-2
         assert all(abs(h / e - 4 / 3) < 0.01 for e, h in zip(grid["epsilon"], grid["epsilon_high"], strict=True))
-    assert sweep["grids"]["grpo"]["epsilon"] == sweep["grids"]["full-token_ratio"]["epsilon"] == [0.1, 0.2, 0.3, 0.4]
+    assert sweep["grids"]["grpo"]["epsilon"] == [0.1, 0.2, 0.3, 0.4]  # 0.4: past the first phase's edge
+    assert sweep["grids"]["full-token_ratio"]["epsilon"] == [0.05, 0.1, 0.2, 0.3, 0.4]  # grpo's, and its own edge
     published = {n: c for n, c, _ in plan.entries()}["gspo-published"]
     assert (published["epsilon"], published["epsilon_high"]) == (3e-4, 4e-4)
