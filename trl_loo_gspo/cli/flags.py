@@ -13,29 +13,14 @@ are imported; its messages are the ones ``train``'s parser gives (``tests/test_c
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import re
 import sys
 
+from ..experiment.spelling import OneSpellingFormatter, dashed, nearest, underscored
+
 #: argparse's pattern of a negative number (a value, not a flag: ``--seed -1``).
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
-
-
-def underscored(option: str) -> str:
-    """``--rollout-tokens`` -> ``--rollout_tokens`` (the spelling ``--help`` shows); other strings unchanged."""
-    return "--" + option[2:].replace("-", "_") if option.startswith("--") else option
-
-
-def dashed(option: str) -> str:
-    """``--rollout_tokens`` -> ``--rollout-tokens``."""
-    return "--" + option[2:].replace("_", "-") if option.startswith("--") else option
-
-
-def nearest(name: str, known: list[str]) -> str | None:
-    """The known name closest to ``name`` (a typo's likely intent), or None when nothing is close."""
-    match = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    return match[0] if match else None
 
 
 def unknown_flags_message(unknown: list[str], known: list[str], prog: str) -> str:
@@ -45,26 +30,6 @@ def unknown_flags_message(unknown: list[str], known: list[str], prog: str) -> st
         guess = nearest(flag, known)
         problems.append(flag + (f" (did you mean {guess}?)" if guess else ""))
     return f"unknown flag{'s' if len(unknown) > 1 else ''} {', '.join(problems)}; `{prog} --help` lists every flag"
-
-
-def is_hidden_spelling(option: str, action: argparse.Action) -> bool:
-    """Whether ``option`` is the dash spelling of another of ``action``'s option strings (left out of the help)."""
-    return option.startswith("--") and option != underscored(option) and underscored(option) in action.option_strings
-
-
-class OneSpellingFormatter(argparse.HelpFormatter):
-    """argparse's help with each flag in one spelling (its dash alias left out)."""
-
-    def _format_action_invocation(self, action: argparse.Action) -> str:
-        shown = [o for o in action.option_strings if not is_hidden_spelling(o, action)]
-        if len(shown) == len(action.option_strings):
-            return super()._format_action_invocation(action)
-        original = action.option_strings
-        action.option_strings = shown
-        try:
-            return super()._format_action_invocation(action)
-        finally:
-            action.option_strings = original
 
 
 class CliParser(argparse.ArgumentParser):

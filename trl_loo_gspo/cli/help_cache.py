@@ -33,6 +33,7 @@ SOURCES = (
     "algorithms/advantages.py",
     "experiment/build.py",
     "experiment/parser.py",
+    "experiment/spelling.py",
 )
 _HEADER = "# trl-loo-gspo train --help, key "
 _FLAGS = "# flags: "

@@ -37,8 +37,7 @@ import typing
 from transformers import TrainingArguments
 from trl import GRPOConfig, ModelConfig, TrlParser
 
-from ..cli.flags import OneSpellingFormatter as SpellingFormatter
-from ..cli.flags import nearest
+from .spelling import OneSpellingFormatter, nearest
 
 USAGE = (
     "trl-loo-gspo train --config RECIPE.yaml [--FLAG VALUE ...]\n"
@@ -102,7 +101,7 @@ def _accepts_none(cls) -> dict[str, bool]:
     return out
 
 
-class OneSpellingFormatter(SpellingFormatter, argparse.RawDescriptionHelpFormatter):
+class TrainHelpFormatter(OneSpellingFormatter, argparse.RawDescriptionHelpFormatter):
     """The help with each flag in its underscore spelling only (``HfArgumentParser`` adds the dash spelling of every
     flag as a second option string: accepted, not listed), the description's line breaks kept."""
 
@@ -113,7 +112,7 @@ class TrainParser(TrlParser):
     def __init__(self, script_cls, config_cls, prog: str = "trl-loo-gspo train") -> None:
         super().__init__((script_cls, config_cls, ModelConfig), prog=prog, usage=USAGE)
         self.description, self.epilog = DESCRIPTION, EPILOG
-        self.formatter_class = functools.partial(OneSpellingFormatter, width=HELP_WIDTH)
+        self.formatter_class = functools.partial(TrainHelpFormatter, width=HELP_WIDTH)
         accepts_none: dict[str, bool] = {}
         for cls in (script_cls, config_cls, ModelConfig):
             accepts_none.update(_accepts_none(cls))
