@@ -111,3 +111,42 @@ def test_the_readmes_what_to_set_lines_construct_what_they_say():
         ("loo_gspo", "token_clip", "token"),
         ("loo_gspo", "response_clip", "sequence"),
     ]
+
+
+def _widening_notices(**fields) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make(**fields)
+    return [str(w.message) for w in caught if "entropy_k_max" in str(w.message)]
+
+
+@pytest.mark.parametrize(
+    "fields, epsilon_high",
+    [
+        (dict(epsilon=6.5e-3, epsilon_high=8.67e-3), 8.67e-3),  # the fair study's tuned full: 4e-4 is 4.6% of it
+        (dict(loss_type="grpo"), 0.2),  # TRL's clipped losses read the same widened epsilon_high
+    ],
+)
+def test_entropy_feedback_too_small_for_its_clip_range_is_named_with_a_scaled_bound(fields, epsilon_high):
+    (notice,) = _widening_notices(entropy_feedback=True, **fields)
+    assert f"epsilon_high={epsilon_high:g}" in notice and "entropy_k_max=0.0004" in notice
+    assert f"entropy_k_max={epsilon_high:.2g}, entropy_step={epsilon_high / 8:.2g}" in notice
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(entropy_feedback=True),  # GSPO's scale: k_max 4e-4 may double epsilon_high 4e-4
+        dict(entropy_feedback=True, epsilon=6.5e-3, epsilon_high=8.67e-3, entropy_k_max=9e-4),  # above 10%
+        dict(
+            entropy_feedback=True,
+            epsilon=6.5e-3,
+            epsilon_high=8.67e-3,
+            clip_target_fraction=0.1,  # epsilon_high moves
+            steps_per_generation=4,
+        ),
+        dict(epsilon=6.5e-3, epsilon_high=8.67e-3),  # feedback off
+    ],
+)
+def test_entropy_feedback_at_its_clip_scale_gives_no_notice(fields):
+    assert _widening_notices(**fields) == []

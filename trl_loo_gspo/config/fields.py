@@ -471,6 +471,9 @@ class LooGspoConfig(GRPOConfig):
         """Reject invalid or unsupported combinations with a message naming the field and the fix. ``stated_batch``:
         ``generation_batch_size`` when it was set without ``steps_per_generation``."""
         resolved = objective.resolve(self)  # refuses contradictions of the objective's fields
+        widening_notice = objective.entropy_widening_notice(self, resolved)
+        if widening_notice is not None:
+            warnings.warn(widening_notice, objective.LooGspoConfigWarning, stacklevel=4)
         if resolved.uses_own_loss and resolved.has_clip_range:
             if not 0.0 < resolved.epsilon_low < 1.0:
                 raise ValueError(f"epsilon (ε_low) must satisfy 0 < epsilon < 1, got {resolved.epsilon_low}.")

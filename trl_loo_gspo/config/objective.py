@@ -205,6 +205,30 @@ def inferred_loss_notice(config: Any) -> str | None:
     return notice
 
 
+#: Below this share of ε_high, entropy feedback's widening k ≤ ``entropy_k_max`` is too small to move a clip
+#: decision: in the fair study (docs/results/fair-study) k_max = 4e-4 on ε_high = 8.67e-3 (4.6%) reached its bound and
+#: left runs bit-identical to the runs without feedback.
+ENTROPY_WIDENING_SHARE = 0.1
+
+
+def entropy_widening_notice(config: Any, objective: Objective) -> str | None:
+    """The notice for entropy feedback whose bound ``entropy_k_max`` is under :data:`ENTROPY_WIDENING_SHARE` of the
+    fixed ε_high it widens (method §5.1; ``None`` otherwise, and with ``clip_target_fraction``: ε_high moves)."""
+    if not config.entropy_feedback or not objective.has_clip_range or config.clip_target_fraction is not None:
+        return None
+    epsilon_high, k_max = objective.epsilon_high, config.entropy_k_max
+    if k_max >= ENTROPY_WIDENING_SHARE * epsilon_high:
+        return None
+    return (
+        f"entropy_feedback can widen epsilon_high={epsilon_high:g} by at most entropy_k_max={k_max:g} "
+        f"({k_max / epsilon_high:.1%} of it): likely too little to change any clip decision (in the fair study, "
+        "docs/results/fair-study, 4e-4 on epsilon_high 8.67e-3 reached its bound and left runs bit-identical to the "
+        "runs without feedback). The defaults "
+        "are at GSPO's scale (epsilon_high 4e-4); scale them with your epsilon_high, e.g. "
+        f"entropy_k_max={epsilon_high:.2g}, entropy_step={epsilon_high / 8:.2g}."
+    )
+
+
 def _unknown(field: str, value: Any, registry: Any, decorator: str, extra: tuple[str, ...] = ()) -> ValueError:
     """The error for a name no registry holds: the field, the names registered now, and how to add one."""
     names = (*registry, *extra)
