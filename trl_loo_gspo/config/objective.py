@@ -223,8 +223,8 @@ def entropy_widening_notice(config: Any, objective: Objective) -> str | None:
         f"entropy_feedback can widen epsilon_high={epsilon_high:g} by at most entropy_k_max={k_max:g} "
         f"({k_max / epsilon_high:.1%} of it): likely too little to change any clip decision (in the fair study, "
         "docs/results/fair-study, 4e-4 on epsilon_high 8.67e-3 reached its bound and left runs bit-identical to the "
-        "runs without feedback). The defaults "
-        "are at GSPO's scale (epsilon_high 4e-4); scale them with your epsilon_high, e.g. "
+        "runs without feedback). The defaults are at GSPO's scale (epsilon_high 4e-4); scale them with your "
+        "epsilon_high, e.g. "
         f"entropy_k_max={epsilon_high:.2g}, entropy_step={epsilon_high / 8:.2g}."
     )
 
